@@ -1,0 +1,442 @@
+"""App, tasks and publishing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import math
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from ackwise import _envelope
+from ackwise._plugins import Plugins, get_plugins
+from ackwise._semantics import Ack
+from ackwise._spi import Adapter, BrokerURL, Outgoing, QueueSpec
+from ackwise.errors import (
+    ConfigurationError,
+    InvalidSchedule,
+    MessageTooLarge,
+    PublishError,
+)
+
+__all__ = ["App", "Retry", "Signature", "Task", "TaskContext"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_BROKER = "sqlite:///ackwise.db"
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,80}$")
+
+
+class Retry(Exception):  # noqa: N818 - Celery-familiar name; control flow, not an error
+    """Raise inside a task to run it again after ``delay`` seconds (default: the backoff)."""
+
+    def __init__(self, delay: float | None = None, *, exc: BaseException | None = None) -> None:
+        self.delay = delay
+        self.exc = exc
+        super().__init__(f"retry requested (delay={delay})")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how soon a failed task runs again (DESIGN §5)."""
+
+    autoretry_for: tuple[type[BaseException], ...] = ()
+    dont_autoretry_for: tuple[type[BaseException], ...] = ()
+    max_retries: int = 3
+    backoff: float = 1.0
+    backoff_max: float = 600.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ConfigurationError(f"max_retries must be >= 0, got {self.max_retries}")
+        if not (math.isfinite(self.backoff) and self.backoff >= 0):
+            raise ConfigurationError(f"retry_backoff must be a finite number >= 0, got {self.backoff}")
+        if not (math.isfinite(self.backoff_max) and self.backoff_max >= self.backoff):
+            raise ConfigurationError(
+                f"retry_backoff_max ({self.backoff_max}) must be finite and >= retry_backoff "
+                f"({self.backoff})"
+            )
+
+    def bound(self, retries_done: int) -> float:
+        """Upper bound of the delay before retry number ``retries_done + 1``."""
+        return min(self.backoff_max, self.backoff * (2.0 ** min(retries_done, 62)))
+
+    def delay_for(self, retries_done: int, rng: Callable[[], float] = random.random) -> float:
+        """The delay before the next retry: exponential, capped, full jitter by default."""
+        cap = self.bound(retries_done)
+        return cap * rng() if self.jitter else cap
+
+    def retry_delay(self, exc: BaseException, retries_done: int) -> float | None:
+        """Return the delay of the retry due after ``exc``, or ``None`` when none is due."""
+        if retries_done >= self.max_retries:
+            return None
+        if isinstance(exc, Retry):
+            return self.delay_for(retries_done) if exc.delay is None else exc.delay
+        if self.dont_autoretry_for and isinstance(exc, self.dont_autoretry_for):
+            return None
+        if self.autoretry_for and isinstance(exc, self.autoretry_for):
+            return self.delay_for(retries_done)
+        return None
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a bound task (``bind=True``) receives as its first argument."""
+
+    task: Task[..., Any]
+    id: str
+    attempt: int
+    retries: int
+    queue: str
+    headers: dict[str, Any]
+
+    def retry(self, delay: float | None = None, *, exc: BaseException | None = None) -> Retry:
+        """Return a :class:`Retry` to raise: ``raise self.retry(delay=5)``."""
+        return Retry(delay, exc=exc)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A task call not yet sent; see :meth:`App.send_many`."""
+
+    task: Task[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(Generic[P, R]):
+    """A registered task.  Calling it runs the function here; ``delay`` sends it."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, R],
+        *,
+        name: str,
+        ack: Ack,
+        queue: str,
+        max_deliveries: int,
+        bind: bool,
+        retry: RetryPolicy,
+        options: dict[str, Any],
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.ack = ack
+        self.queue = queue
+        self.max_deliveries = max_deliveries
+        self.bind = bind
+        self.retry_policy = retry
+        self.options = options
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} ack={self.ack.value} queue={self.queue}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Send the task with these arguments; return the message id."""
+        return self.apply_async(args, kwargs)
+
+    def apply_async(
+        self,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        countdown: float | None = None,
+        eta: dt.datetime | None = None,
+        queue: str | None = None,
+        headers: dict[str, Any] | None = None,
+        id: str | None = None,
+    ) -> str:
+        """Send the task; return the message id.
+
+        :param countdown: seconds from now before it may run (``>= 0``).
+        :param eta: an aware datetime before which it does not run (not with ``countdown``).
+        :raises NotSerializable: an argument or header is not JSON; nothing was published.
+        :raises InvalidSchedule: negative countdown, naive eta, or both given.
+        """
+        q, out = self.app._prepare(
+            self, args, kwargs, countdown=countdown, eta=eta, queue=queue, headers=headers, id=id
+        )
+        self.app._publish(q, [out])
+        return out.id
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """Return a signature of this call, for :meth:`App.send_many`."""
+        return Signature(self, args, kwargs)
+
+    def map(self, calls: Iterable[Sequence[Any]]) -> list[str]:
+        """Send one message per argument tuple, batched per queue; return the ids."""
+        return self.app.send_many(Signature(self, tuple(a)) for a in calls)
+
+
+class App:
+    """An ackwise application: a broker URL and the tasks registered on it.
+
+    :param broker: the broker URL; default ``$ACKWISE_BROKER_URL``, else
+        ``sqlite:///ackwise.db`` (the embedded default).  An unknown scheme is an error.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        broker: str | None = None,
+        *,
+        default_queue: str = "default",
+        plugins: Plugins | None = None,
+    ) -> None:
+        self.name = name
+        self.broker_url = broker or os.environ.get("ACKWISE_BROKER_URL") or DEFAULT_BROKER
+        self.plugins = plugins or get_plugins()
+        parsed = BrokerURL.parse(self.broker_url)
+        # Fail now on an unknown scheme: never fall back to another broker.
+        self._adapter_cls = self.plugins.adapters.get(parsed.scheme).load()
+        self._broker = parsed
+        self.default_queue = check_queue_name(default_queue)
+        self.tasks: dict[str, Task[..., Any]] = {}
+        self._producer: Adapter | None = None
+        self._declared: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<App {self.name} broker={self._broker}>"
+
+    # -- tasks -----------------------------------------------------------------------------
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = ...,
+        ack: Ack = ...,
+        queue: str | None = ...,
+        max_deliveries: int = ...,
+        bind: bool = ...,
+        autoretry_for: tuple[type[BaseException], ...] = ...,
+        dont_autoretry_for: tuple[type[BaseException], ...] = ...,
+        max_retries: int = ...,
+        retry_backoff: float = ...,
+        retry_backoff_max: float = ...,
+        retry_jitter: bool = ...,
+        **options: Any,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        ack: Ack = Ack.LATE,
+        queue: str | None = None,
+        max_deliveries: int = 5,
+        bind: bool = False,
+        autoretry_for: tuple[type[BaseException], ...] = (),
+        dont_autoretry_for: tuple[type[BaseException], ...] = (),
+        max_retries: int = 3,
+        retry_backoff: float = 1.0,
+        retry_backoff_max: float = 600.0,
+        retry_jitter: bool = True,
+        **options: Any,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a task.  Usable bare (``@app.task``) or with options.
+
+        :param name: defaults to ``module.function``.
+        :param ack: the delivery mode (``Ack.LATE`` by default).
+        :param max_deliveries: deliveries of one message before it is dead-lettered.
+        """
+        if not isinstance(ack, Ack):
+            raise ConfigurationError(f"ack must be an ackwise.Ack member, got {ack!r}")
+        if not (isinstance(max_deliveries, int) and max_deliveries >= 1):
+            raise ConfigurationError(f"max_deliveries must be an int >= 1, got {max_deliveries!r}")
+        policy = RetryPolicy(
+            tuple(autoretry_for),
+            tuple(dont_autoretry_for),
+            max_retries,
+            float(retry_backoff),
+            float(retry_backoff_max),
+            bool(retry_jitter),
+        )
+
+        def register(f: Callable[P, R]) -> Task[P, R]:
+            task_name = name or f"{f.__module__}.{f.__qualname__}"
+            if task_name in self.tasks and self.tasks[task_name].fn is not f:
+                raise ConfigurationError(f"task name {task_name!r} is registered twice")
+            t: Task[P, R] = Task(
+                self,
+                f,
+                name=task_name,
+                ack=ack,
+                queue=check_queue_name(queue or self.default_queue),
+                max_deliveries=max_deliveries,
+                bind=bind,
+                retry=policy,
+                options=options,
+            )
+            self.tasks[task_name] = t
+            return t
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    def queues(self) -> list[str]:
+        """The queues the registered tasks use."""
+        return sorted({t.queue for t in self.tasks.values()} or {self.default_queue})
+
+    # -- adapters --------------------------------------------------------------------------
+    def adapter(self) -> Adapter:
+        """Return a new, unopened adapter for this app's broker."""
+        return self._adapter_cls(self._broker)
+
+    @property
+    def broker(self) -> BrokerURL:
+        return self._broker
+
+    def close(self) -> None:
+        """Close the producer connection."""
+        with self._lock:
+            if self._producer is not None:
+                self._producer.close()
+                self._producer = None
+                self._declared.clear()
+
+    # -- publishing ------------------------------------------------------------------------
+    def send_many(self, calls: Iterable[Signature]) -> list[str]:
+        """Send many task calls, one broker round trip per queue; return the message ids.
+
+        Every call is checked before anything is published: one bad argument publishes none.
+        """
+        by_queue: dict[str, list[Outgoing]] = {}
+        ids: list[str] = []
+        for sig in calls:
+            q, out = self._prepare(sig.task, sig.args, sig.kwargs, **sig.options)
+            by_queue.setdefault(q, []).append(out)
+            ids.append(out.id)
+        for q, outs in by_queue.items():
+            self._publish(q, outs)
+        return ids
+
+    def _prepare(
+        self,
+        task: Task[..., Any],
+        args: Sequence[Any] | None,
+        kwargs: dict[str, Any] | None,
+        *,
+        countdown: float | None = None,
+        eta: dt.datetime | None = None,
+        queue: str | None = None,
+        headers: dict[str, Any] | None = None,
+        id: str | None = None,
+    ) -> tuple[str, Outgoing]:
+        args = list(args) if args is not None else []
+        kwargs = dict(kwargs) if kwargs is not None else {}
+        if args:
+            _envelope.check_json(task.name, "args", args)
+        if kwargs:
+            _envelope.check_json(task.name, "kwargs", kwargs)
+        if headers:
+            _envelope.check_json(task.name, "headers", headers)
+        created = time.time()
+        delay = schedule_delay(task.name, countdown, eta, created)
+        q = check_queue_name(queue) if queue is not None else task.queue
+        env = _envelope.Envelope(
+            id=id or _envelope.new_id(),
+            task=task.name,
+            args=args,
+            kwargs=kwargs,
+            queue=q,
+            created_at=created,
+            eta=created + delay if delay else None,
+            headers=headers or {},
+        )
+        body = _envelope.encode(env)
+        self._check_size(task.name, body)
+        if delay:
+            self._check_delay(task.name, delay)
+        return q, Outgoing(env.id, body, delay)
+
+    def _check_size(self, what: str, body: bytes) -> None:
+        limit = self._adapter_cls.capabilities.max_message_size
+        if limit is not None and len(body) > limit:
+            raise MessageTooLarge(
+                f"{what}: the encoded message is {len(body)} bytes; the broker "
+                f"({self._broker.scheme}) accepts at most {limit}; nothing was published"
+            )
+
+    def _check_delay(self, what: str, delay: float) -> None:
+        caps = self._adapter_cls.capabilities
+        if not caps.native_delay or (caps.max_delay is not None and delay > caps.max_delay):
+            raise InvalidSchedule(
+                f"{what}: a delay of {delay:.3f}s is more than the broker "
+                f"({self._broker.scheme}) can hold (max_delay={caps.max_delay}); "
+                "nothing was published"
+            )
+
+    def _publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        with self._lock:
+            producer = self._producer
+            if producer is None:
+                producer = self.adapter()
+                producer.open()
+                self._producer = producer
+            if queue not in self._declared:
+                producer.declare(QueueSpec(queue))
+                self._declared.add(queue)
+            producer.publish(queue, messages)
+
+
+def schedule_delay(
+    what: str, countdown: float | None, eta: dt.datetime | None, now: float
+) -> float:
+    """Turn ``countdown`` / ``eta`` into a delay in seconds, refusing what cannot be meant."""
+    if countdown is not None and eta is not None:
+        raise InvalidSchedule(f"{what}: give countdown or eta, not both; nothing was published")
+    if countdown is not None:
+        if isinstance(countdown, bool) or not isinstance(countdown, int | float):
+            raise InvalidSchedule(
+                f"{what}: countdown must be a number of seconds, got {type(countdown).__name__}"
+            )
+        if not math.isfinite(countdown) or countdown < 0:
+            raise InvalidSchedule(
+                f"{what}: countdown must be a finite number of seconds >= 0, got {countdown!r}; "
+                "nothing was published"
+            )
+        return float(countdown)
+    if eta is not None:
+        if not isinstance(eta, dt.datetime):
+            raise InvalidSchedule(f"{what}: eta must be a datetime, got {type(eta).__name__}")
+        if eta.tzinfo is None or eta.utcoffset() is None:
+            raise InvalidSchedule(
+                f"{what}: eta {eta.isoformat()} is naive; give an aware datetime, e.g. "
+                "datetime.now(timezone.utc) + timedelta(minutes=5); nothing was published"
+            )
+        return max(0.0, eta.timestamp() - now)
+    return 0.0
+
+
+def check_queue_name(name: object) -> str:
+    """Return ``name`` if it is a valid queue name, else raise a clear error."""
+    if not isinstance(name, str) or not _QUEUE_NAME.match(name):
+        raise PublishError(
+            f"invalid queue name {name!r}: expected 1-80 characters of letters, digits, "
+            "'_', '.', ':' or '-'"
+        )
+    return name

@@ -1,0 +1,162 @@
+"""The delivery-semantics contract (DESIGN §1) as one pure function.
+
+:func:`settle` maps (mode, what happened, the delivery's count) to what the worker must tell the
+broker.  No adapter and no other module decides this; the worker only carries out the
+:data:`Settlement` it returns.  ``tests/test_settle.py`` checks every cell of the §1 table.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = [
+    "Ack",
+    "AckMessage",
+    "DeadLetterMessage",
+    "Hold",
+    "LostMessage",
+    "NackMessage",
+    "Outcome",
+    "RetryMessage",
+    "Settlement",
+    "settle",
+]
+
+
+class Ack(enum.Enum):
+    """When the broker is told a task's message is done."""
+
+    #: Just before the task body starts (never at fetch): at most once.
+    EARLY = "early"
+    #: After the task finished (success, or final failure): at least once.
+    LATE = "late"
+    #: As LATE; and if the process executing the task dies, the message is requeued.
+    REJECT_ON_LOST = "reject_on_lost"
+
+
+class Outcome(enum.Enum):
+    """What happened to a delivery, as far as the worker knows."""
+
+    #: Received with a delivery count above ``max_deliveries`` (a crash loop): not run.
+    OVER_LIMIT = "over_limit"
+    #: The body cannot become a runnable task (undecodable, unknown task…): not run.
+    REJECTED = "rejected"
+    #: The task body is about to start.
+    STARTING = "starting"
+    #: The task returned.
+    SUCCEEDED = "succeeded"
+    #: The task raised.  ``retry_delay`` says whether a retry is due.
+    FAILED = "failed"
+    #: The process executing the task died (SIGKILL, OOM, hard time limit).
+    EXECUTOR_LOST = "executor_lost"
+    #: Prefetched but not started when the worker shut down gracefully.
+    NOT_STARTED = "not_started"
+    #: Still running when the worker stopped cold (grace exceeded, second signal).
+    ABANDONED = "abandoned"
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Tell the broker nothing now."""
+
+
+@dataclass(frozen=True, slots=True)
+class AckMessage:
+    """Remove the message for good."""
+
+
+@dataclass(frozen=True, slots=True)
+class NackMessage:
+    """Return the message to its queue, ready after ``delay`` seconds."""
+
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryMessage:
+    """Publish the task again after ``delay`` (same id, history extended).
+
+    When ``original_settled`` is false the original is acked after the retry is published
+    (that order can duplicate, never lose).
+    """
+
+    delay: float
+    original_settled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterMessage:
+    """Move the message to the dead-letter store with ``reason``.
+
+    When ``original_settled`` is true (an early-acked task) the broker no longer has it: the
+    worker stores a copy in the dead-letter store instead of moving the delivery.
+    """
+
+    reason: str
+    original_settled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LostMessage:
+    """The message is gone (early-acked and not completed); count it as lost."""
+
+    reason: str
+
+
+Settlement = Hold | AckMessage | NackMessage | RetryMessage | DeadLetterMessage | LostMessage
+
+_HOLD = Hold()
+_ACK = AckMessage()
+_NACK_NOW = NackMessage(0.0)
+
+
+def settle(
+    mode: Ack,
+    outcome: Outcome,
+    *,
+    attempt: int,
+    max_deliveries: int,
+    retry_delay: float | None = None,
+    reason: str | None = None,
+) -> Settlement:
+    """Decide what to tell the broker about one delivery.
+
+    :param mode: the task's delivery mode.
+    :param outcome: what happened.
+    :param attempt: the delivery count of this delivery (1 for the first delivery).
+    :param max_deliveries: bound on deliveries of one message; crash loops end there.
+    :param retry_delay: for ``FAILED``: the delay of the retry that is due, or ``None`` when no
+        retry is left or the error is not retryable.
+    :param reason: for ``REJECTED``: why (``decode_error``, ``unknown_task``, …); for
+        ``EXECUTOR_LOST``: the cause (``worker_lost`` by default, or ``time_limit``).
+    """
+    early = mode is Ack.EARLY
+    if outcome is Outcome.STARTING:
+        return _ACK if early else _HOLD
+    if outcome is Outcome.SUCCEEDED:
+        return _HOLD if early else _ACK
+    if outcome is Outcome.FAILED:
+        if retry_delay is not None:
+            return RetryMessage(max(0.0, retry_delay), original_settled=early)
+        return DeadLetterMessage("failed", original_settled=early)
+    if outcome is Outcome.EXECUTOR_LOST:
+        cause = reason or "worker_lost"
+        if early:
+            return LostMessage(cause)
+        if mode is Ack.LATE:
+            return DeadLetterMessage(cause)
+        if attempt >= max_deliveries:
+            return DeadLetterMessage("max_deliveries")
+        return _NACK_NOW
+    if outcome is Outcome.OVER_LIMIT:
+        return DeadLetterMessage("max_deliveries")
+    if outcome is Outcome.REJECTED:
+        return DeadLetterMessage(reason or "rejected")
+    if outcome is Outcome.NOT_STARTED:
+        return _NACK_NOW
+    if outcome is Outcome.ABANDONED:
+        # Cold stop: early messages were acked before they started (lost with the task);
+        # late ones come back when the lease expires or the connection closes.
+        return LostMessage("abandoned") if early else _HOLD
+    raise ValueError(f"unknown outcome {outcome!r}")  # pragma: no cover

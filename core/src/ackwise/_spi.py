@@ -1,0 +1,321 @@
+"""The adapter SPI: what a broker adapter must do, and the values that cross it.
+
+An adapter is a small object that owns one connection to one broker.  The worker calls it from
+its consumer thread only, so adapters need not be thread-safe.  Every operation either works
+on a batch or on one delivery; a delivery is identified by an opaque *receipt* that the adapter
+alone understands.  A receipt names one delivery, not one message: once the lease behind it
+has moved on, every settlement with it raises :class:`~ackwise.errors.StaleReceipt` and changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ackwise.errors import InvalidBrokerURL, UnsupportedCapability
+
+__all__ = [
+    "Adapter",
+    "AttemptCount",
+    "BrokerURL",
+    "Capabilities",
+    "DeadLetter",
+    "Delivery",
+    "LeaseExtension",
+    "Outgoing",
+    "QueueSpec",
+    "QueueStats",
+]
+
+
+class LeaseExtension(enum.Enum):
+    """How a delivery stays owned while its task runs."""
+
+    PER_MESSAGE = "per-message"  # extend() moves each delivery's deadline (SQLite, Redis, SQS)
+    CONNECTION = "connection"  # held while the connection lives (RabbitMQ)
+    NONE = "none"  # a fixed lease that cannot be extended
+
+
+class AttemptCount(enum.Enum):
+    """How exact the broker's delivery count is."""
+
+    EXACT = "exact"
+    APPROXIMATE = "approximate"
+    FLAG_ONLY = "flag-only"  # only "redelivered or not" (classic AMQP queues)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an adapter's broker can do natively; the single source of truth about it."""
+
+    native_delay: bool = True
+    #: Longest delay the broker holds natively, in seconds (``None``: unbounded).
+    max_delay: float | None = None
+    lease_extension: LeaseExtension = LeaseExtension.PER_MESSAGE
+    #: Longest lease one receive or extend may ask for (``None``: unbounded).
+    max_lease: float | None = None
+    attempt_count: AttemptCount = AttemptCount.EXACT
+    native_dead_letter: bool = True
+    #: Largest encoded envelope the broker accepts, in bytes (``None``: unbounded).
+    max_message_size: int | None = None
+    #: Several worker processes can share the broker (False for the in-process memory broker).
+    multi_process: bool = True
+
+    def describe(self) -> dict[str, Any]:
+        """Return the capabilities as plain JSON-friendly values."""
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            out[name] = value.value if isinstance(value, enum.Enum) else value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One message to publish: its id, its encoded envelope and an optional delay."""
+
+    id: str
+    body: bytes
+    #: Seconds from now before the message may be received.
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One delivery of a message to this consumer.
+
+    :param receipt: opaque to everyone but the adapter that made it (a row id and lease token,
+        an AMQP delivery tag, an SQS receipt handle).
+    :param attempt: this delivery's count, 1 for the first delivery.
+    :param lease_deadline: wall-clock time (``time.time()``) after which the broker may give
+        the message to another consumer, unless the lease is extended.
+    """
+
+    queue: str
+    message_id: str
+    body: bytes
+    receipt: Any
+    attempt: int
+    lease_deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message in a queue's dead-letter store."""
+
+    queue: str
+    message_id: str
+    body: bytes
+    reason: str
+    dead_at: float
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """A queue as the broker itself sees it."""
+
+    queue: str
+    ready: int
+    delayed: int
+    in_flight: int
+    dead: int
+    #: Seconds the oldest ready message has been waiting (0.0 when none is ready).
+    oldest_age: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "ready": self.ready,
+            "delayed": self.delayed,
+            "in_flight": self.in_flight,
+            "dead": self.dead,
+            "oldest_age": self.oldest_age,
+        }
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """What :meth:`Adapter.declare` must make exist."""
+
+    name: str
+    max_deliveries: int = 5
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BrokerURL:
+    """A parsed broker URL.  ``str()`` never shows the password."""
+
+    raw: str
+    scheme: str
+    host: str
+    port: int | None
+    path: str
+    username: str | None
+    password: str | None
+    query: dict[str, str]
+
+    @classmethod
+    def parse(cls, url: str) -> BrokerURL:
+        """Parse ``url``; raise :class:`InvalidBrokerURL` naming what is wrong."""
+        if not isinstance(url, str) or "://" not in url:
+            raise InvalidBrokerURL(
+                f"broker URL {redact_url(str(url))!r} is not a URL; expected "
+                "'scheme://…', e.g. 'sqlite:///ackwise.db' or 'memory://'"
+            )
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise InvalidBrokerURL(f"broker URL {redact_url(url)!r}: {exc}") from exc
+        query: dict[str, str] = {}
+        for key, value in parse_qsl(parts.query, keep_blank_values=True):
+            if key in query:
+                raise InvalidBrokerURL(f"broker URL {redact_url(url)!r}: option {key!r} given twice")
+            query[key] = value
+        return cls(
+            raw=url,
+            scheme=parts.scheme.lower(),
+            host=parts.hostname or "",
+            port=port,
+            path=unquote(parts.path),
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+            query=query,
+        )
+
+    def __str__(self) -> str:
+        return redact_url(self.raw)
+
+    def __repr__(self) -> str:
+        return f"BrokerURL({redact_url(self.raw)!r})"
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with any password replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc
+    userinfo, _, hostport = netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return parts._replace(netloc=f"{user}:***@{hostport}").geturl()
+
+
+class Adapter(abc.ABC):
+    """The contract between ackwise and one broker.
+
+    Subclasses set :attr:`capabilities` and implement every abstract method.  Driver errors are
+    mapped into :mod:`ackwise.errors` in one place and re-raised ``from`` the driver's error.
+    """
+
+    capabilities: ClassVar[Capabilities]
+    #: The URL scheme(s) the adapter serves; informational.
+    name: ClassVar[str] = "adapter"
+
+    def __init__(self, url: BrokerURL) -> None:
+        self.url = url
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def open(self) -> None:
+        """Connect.  Idempotent."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Disconnect.  Idempotent; unsettled deliveries come back by lease or connection."""
+
+    def __enter__(self) -> Adapter:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- topology --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def declare(self, queue: QueueSpec) -> None:
+        """Make ``queue`` (and its dead-letter and delay infrastructure) exist.  Idempotent."""
+
+    # -- producing -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        """Publish ``messages`` in as few broker round trips as the broker allows.
+
+        Returns only when the broker has accepted every message; raises otherwise.
+        """
+
+    # -- consuming -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def receive(
+        self, queue: str, *, max_messages: int, wait: float, lease: float
+    ) -> Sequence[Delivery]:
+        """Take up to ``max_messages`` ready messages, each leased for ``lease`` seconds.
+
+        Taking a message and recording it in flight are one atomic step: no crash in between
+        may lose it.  Waits up to ``wait`` seconds when none is ready.
+        """
+
+    @abc.abstractmethod
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Remove the messages for good.  Stale receipts: see :class:`StaleReceipt`."""
+
+    @abc.abstractmethod
+    def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
+        """Return the message to its queue, ready after ``delay`` seconds.  Never drops it."""
+
+    @abc.abstractmethod
+    def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
+        """Move the lease deadline of each delivery to ``lease`` seconds from now."""
+
+    @abc.abstractmethod
+    def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
+        """Move the message to its queue's dead-letter store, with ``reason``.
+
+        :param body: store this body instead of the delivered one (an envelope annotated with
+            the failure); the message id is kept.
+        """
+
+    @abc.abstractmethod
+    def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
+        """Store ``messages`` directly in ``queue``'s dead-letter store.
+
+        Used where the original delivery is already settled (an early-acked task that failed).
+        """
+
+    # -- inspection ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def stats(self, queue: str) -> QueueStats:
+        """Count the queue's messages in each state, from the broker's own view."""
+
+    @abc.abstractmethod
+    def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
+        """List up to ``limit`` dead letters of ``queue``, oldest first."""
+
+    @abc.abstractmethod
+    def purge(self, queue: str) -> int:
+        """Delete every ready and delayed message of ``queue``; return how many."""
+
+    def queues(self) -> Sequence[str]:
+        """Names of the queues the broker knows, where it can tell (for ``ackwise stats``)."""
+        raise UnsupportedCapability(self.name, "listing queues")
+
+    # -- helpers for subclasses ------------------------------------------------------------
+    def check_delay(self, delay: float) -> None:
+        """Raise :class:`UnsupportedCapability` when the broker cannot hold ``delay``."""
+        caps = self.capabilities
+        if delay > 0 and not caps.native_delay:
+            raise UnsupportedCapability(self.name, "native delay")
+        if caps.max_delay is not None and delay > caps.max_delay:
+            raise UnsupportedCapability(
+                self.name, "delay", f"{delay:.3f}s exceeds the maximum of {caps.max_delay}s"
+            )

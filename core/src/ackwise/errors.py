@@ -1,0 +1,189 @@
+"""The ackwise error hierarchy.
+
+Every error ackwise raises on purpose is an :class:`AckwiseError`::
+
+    AckwiseError
+    ├── ConfigurationError            a setting is wrong; fix the configuration
+    │   ├── InvalidBrokerURL          the URL cannot be parsed or has bad options
+    │   └── UnknownBrokerScheme       no installed adapter serves the URL's scheme
+    ├── PublishError                  nothing was published (raised before any I/O)
+    │   ├── NotSerializable           an argument or header is not JSON-serializable
+    │   ├── MessageTooLarge           the encoded envelope exceeds the adapter's limit
+    │   └── InvalidSchedule           negative countdown, naive eta, both given
+    ├── EnvelopeError                 a message body cannot be turned into an envelope
+    │   ├── DecodeError               not JSON / not an envelope
+    │   └── UnknownEnvelopeVersion    a newer producer wrote it
+    ├── UnknownTask                   no task registered under that name
+    └── AdapterError                  raised by adapters (mapped from driver errors)
+        ├── TransientAdapterError     retrying later may succeed (connection lost, timeout)
+        │   └── BrokerUnavailable     the broker cannot be reached
+        ├── PermanentAdapterError     retrying will not help (auth, missing queue, bad request)
+        │   ├── AuthenticationFailed
+        │   └── QueueNotFound
+        ├── StaleReceipt              the delivery's receipt no longer owns the message
+        └── UnsupportedCapability     the adapter cannot do this natively
+
+``Retry`` is not an error: raise it inside a task to ask for a retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ackwise._spi import Delivery
+
+__all__ = [
+    "AckwiseError",
+    "AdapterError",
+    "AuthenticationFailed",
+    "BrokerUnavailable",
+    "ConfigurationError",
+    "DecodeError",
+    "EnvelopeError",
+    "InvalidBrokerURL",
+    "InvalidSchedule",
+    "MessageTooLarge",
+    "NotSerializable",
+    "PermanentAdapterError",
+    "PublishError",
+    "QueueNotFound",
+    "StaleReceipt",
+    "TransientAdapterError",
+    "UnknownBrokerScheme",
+    "UnknownEnvelopeVersion",
+    "UnknownTask",
+    "UnsupportedCapability",
+]
+
+
+class AckwiseError(Exception):
+    """Base class of every error ackwise raises on purpose."""
+
+
+class ConfigurationError(AckwiseError):
+    """A setting is wrong or two settings cannot hold together."""
+
+
+class InvalidBrokerURL(ConfigurationError):
+    """The broker URL cannot be parsed, or carries options the adapter does not know."""
+
+
+class UnknownBrokerScheme(ConfigurationError):
+    """No installed adapter serves the URL's scheme."""
+
+    def __init__(self, scheme: str, installed: Sequence[str], hint: str | None = None) -> None:
+        self.scheme = scheme
+        self.installed = tuple(installed)
+        message = (
+            f"no adapter is installed for broker scheme {scheme!r}; "
+            f"installed schemes: {', '.join(sorted(self.installed)) or '(none)'}"
+        )
+        if hint:
+            message += f"; {hint}"
+        super().__init__(message)
+
+
+class PublishError(AckwiseError):
+    """A message was refused before any I/O: nothing was published."""
+
+
+class NotSerializable(PublishError, TypeError):
+    """An argument (or header) cannot be encoded as JSON."""
+
+    def __init__(self, task: str, path: str, value: Any) -> None:
+        self.task = task
+        self.path = path
+        self.type_name = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix(
+            "builtins."
+        )
+        super().__init__(
+            f"{task}: argument {path} of type {self.type_name} is not JSON-serializable; "
+            "expected str, int, float, bool, None, list, tuple or dict with str keys; "
+            "nothing was published"
+        )
+
+
+class MessageTooLarge(PublishError):
+    """The encoded envelope is larger than the broker accepts."""
+
+
+class InvalidSchedule(PublishError, ValueError):
+    """A countdown or eta that cannot be honoured (negative, naive, both given)."""
+
+
+class EnvelopeError(AckwiseError):
+    """A message body cannot be turned into an envelope."""
+
+
+class DecodeError(EnvelopeError):
+    """The body is not a valid JSON envelope."""
+
+
+class UnknownEnvelopeVersion(EnvelopeError):
+    """The envelope was written by a newer (or unknown) envelope version."""
+
+
+class UnknownTask(AckwiseError, LookupError):
+    """No task is registered under the envelope's task name."""
+
+
+class AdapterError(AckwiseError):
+    """An adapter operation failed.  Adapters map their driver's errors into subclasses."""
+
+    #: Whether retrying the same operation later may succeed.
+    transient: bool = False
+
+
+class TransientAdapterError(AdapterError):
+    """Retrying later may succeed: connection lost, timeout, throttling, broker restarting."""
+
+    transient = True
+
+
+class BrokerUnavailable(TransientAdapterError):
+    """The broker cannot be reached."""
+
+
+class PermanentAdapterError(AdapterError):
+    """Retrying will not help: bad credentials, a missing queue, a malformed request."""
+
+
+class AuthenticationFailed(PermanentAdapterError):
+    """The broker refused the credentials.  Credentials never appear in the message."""
+
+
+class QueueNotFound(PermanentAdapterError):
+    """The queue does not exist and the adapter was not allowed to declare it."""
+
+
+class StaleReceipt(AdapterError):
+    """A receipt no longer owns its message: the lease moved on, or it was settled already.
+
+    A batch operation settles every delivery whose receipt is still valid and then raises
+    this error naming the stale ones in :attr:`deliveries`.  Nothing of a stale delivery was
+    changed.
+    """
+
+    def __init__(self, deliveries: Sequence[Delivery], operation: str = "settle") -> None:
+        self.deliveries: tuple[Delivery, ...] = tuple(deliveries)
+        self.operation = operation
+        ids = ", ".join(d.message_id for d in self.deliveries[:5])
+        more = f" and {len(self.deliveries) - 5} more" if len(self.deliveries) > 5 else ""
+        super().__init__(
+            f"{operation}: stale receipt for message(s) {ids}{more}: the lease expired and the "
+            "message was delivered again, or it was settled already; nothing was changed"
+        )
+
+
+class UnsupportedCapability(AdapterError):
+    """The adapter cannot perform this operation (see its :class:`Capabilities`)."""
+
+    def __init__(self, adapter: str, capability: str, detail: str = "") -> None:
+        self.adapter = adapter
+        self.capability = capability
+        message = f"adapter {adapter!r} does not support {capability}"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)

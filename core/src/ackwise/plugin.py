@@ -1,0 +1,15 @@
+"""The built-in adapters, registered through the same entry-point path as any plugin.
+
+This module must stay light: it names adapter classes by import path and imports none.
+"""
+
+from __future__ import annotations
+
+from ackwise._hookspecs import hookimpl
+from ackwise._plugins import AdapterRegistry
+
+
+@hookimpl
+def ackwise_register_adapters(registry: AdapterRegistry) -> None:
+    registry.add("memory", "ackwise._memory:MemoryAdapter", distribution="ackwise")
+    registry.add("sqlite", "ackwise._sqlite:SQLiteAdapter", distribution="ackwise")
