@@ -358,6 +358,7 @@ class App:
         delay = schedule_delay(task.name, countdown, eta, created)
         q = check_queue_name(queue) if queue is not None else task.queue
         env = _envelope.Envelope(
+            v=_envelope.ENVELOPE_VERSION,
             id=id or _envelope.new_id(),
             task=task.name,
             args=args,

@@ -41,7 +41,7 @@ class Attempt(msgspec.Struct, omit_defaults=True, kw_only=True):
 class Envelope(msgspec.Struct, omit_defaults=True, kw_only=True):
     """What travels through the broker: everything needed to run one task call."""
 
-    v: int = ENVELOPE_VERSION
+    v: int  # always written: readers refuse versions they do not know
     id: str
     task: str
     args: list[Any] = msgspec.field(default_factory=list)
