@@ -307,6 +307,10 @@ class App:
         return self._adapter_cls(self._broker)
 
     @property
+    def adapter_class(self) -> type[Adapter]:
+        return self._adapter_cls
+
+    @property
     def broker(self) -> BrokerURL:
         return self._broker
 

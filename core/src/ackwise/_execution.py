@@ -1,0 +1,152 @@
+"""Running one task call inside an executor (a thread or a prefork child).
+
+This module is what executors share; it knows nothing about brokers or settlement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ackwise import _envelope
+from ackwise._app import TaskContext
+from ackwise.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ackwise._app import App
+
+OK = 0
+FAILED = 1
+
+_TRACEBACK_LIMIT = 16_000
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One delivery handed to an executor."""
+
+    job_id: int
+    attempt: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What an executor reports back for a job that ran (or raised)."""
+
+    job_id: int
+    status: int  # OK or FAILED
+    duration: float
+    retry_delay: float | None = None
+    error: str | None = None
+    traceback: str | None = None
+
+    def to_wire(self) -> list[Any]:
+        return [
+            self.job_id,
+            self.status,
+            self.duration,
+            self.retry_delay,
+            self.error,
+            self.traceback,
+        ]
+
+    @classmethod
+    def from_wire(cls, raw: list[Any]) -> Result:
+        return cls(raw[0], raw[1], raw[2], raw[3], raw[4], raw[5])
+
+
+class Runner:
+    """Runs jobs for one executor thread or process; owns that executor's event loop."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self, job: Job) -> Result:
+        start = time.perf_counter()
+        env: _envelope.Envelope | None = None
+        policy = None
+        try:
+            env = _envelope.decode(job.body)
+            task = self.app.tasks[env.task]
+            policy = task.retry_policy
+            args: list[Any] = env.args
+            if task.bind:
+                retries = sum(1 for h in env.history if h.outcome == "retry")
+                ctx = TaskContext(task, env.id, job.attempt, retries, env.queue, env.headers)
+                args = [ctx, *args]
+            if task.is_async:
+                self._run_async(task.fn(*args, **env.kwargs))
+            else:
+                task.fn(*args, **env.kwargs)
+        except BaseException as exc:  # noqa: BLE001 - a task's sys.exit() is a failure too
+            duration = time.perf_counter() - start
+            retry_delay: float | None = None
+            if policy is not None and env is not None:
+                retries = sum(1 for h in env.history if h.outcome == "retry")
+                retry_delay = policy.retry_delay(exc, retries)
+            return Result(
+                job.job_id,
+                FAILED,
+                duration,
+                retry_delay,
+                describe(exc),
+                "".join(traceback.format_exception(exc))[-_TRACEBACK_LIMIT:],
+            )
+        return Result(job.job_id, OK, time.perf_counter() - start)
+
+    def _run_async(self, coro: Any) -> Any:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+
+def describe(exc: BaseException) -> str:
+    name = type(exc).__qualname__
+    text = str(exc)
+    return f"{name}: {text}" if text else name
+
+
+def load_app(path: str) -> App:
+    """Import ``module:attribute`` (or ``module`` holding a single App) and return the App."""
+    from ackwise._app import App
+
+    module_name, _, attr = path.partition(":")
+    if not module_name:
+        raise ConfigurationError(f"app path {path!r}: expected 'module:app', e.g. 'proj.tasks:app'")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # like `python -m`: the current directory is importable
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"app path {path!r}: cannot import {module_name!r}: {exc}") from exc
+    if attr:
+        obj = module
+        for part in attr.split("."):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                raise ConfigurationError(
+                    f"app path {path!r}: module {module_name!r} has no attribute {attr!r}"
+                ) from None
+        if not isinstance(obj, App):
+            raise ConfigurationError(f"app path {path!r}: {attr!r} is {type(obj).__name__}, not an App")
+        return obj
+    apps = [v for v in vars(module).values() if isinstance(v, App)]
+    if len(apps) != 1:
+        raise ConfigurationError(
+            f"app path {path!r}: found {len(apps)} App objects in {module_name!r}; name one, "
+            f"e.g. '{module_name}:app'"
+        )
+    return apps[0]

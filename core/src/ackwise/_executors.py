@@ -1,0 +1,408 @@
+"""Executors: where task bodies run, away from the consumer thread that owns the adapter.
+
+Every executor reports to one completion queue that the consumer loop reads:
+
+``("done", job_id, Result)``
+    the task returned or raised;
+``("lost", job_id, reason)``
+    the process running it died (prefork only);
+``("fatal", 0, message)``
+    the executor cannot go on (children die before they are ready).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import queue
+import selectors
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ackwise._execution import Job, Result, Runner
+from ackwise.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ackwise._app import App
+
+log = logging.getLogger(__name__)
+
+Completion = tuple[str, int, Any]
+
+_FRAME = struct.Struct("<I")
+_JOB = struct.Struct("<QI")
+_READY = b"\x00ready"
+
+
+class Executor:
+    """Base class: a fixed number of slots that run jobs."""
+
+    kind = "?"
+
+    def __init__(self, concurrency: int, completions: queue.SimpleQueue[Completion]) -> None:
+        if concurrency < 1:
+            raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
+        self.concurrency = concurrency
+        self.completions = completions
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def free_slots(self) -> int:
+        raise NotImplementedError
+
+    def submit(self, job: Job) -> None:
+        raise NotImplementedError
+
+    def shutdown(self, *, cold: bool) -> None:
+        raise NotImplementedError
+
+    #: Whether a hard kill of one task is possible (prefork only).
+    can_kill = False
+
+
+class ThreadExecutor(Executor):
+    """Tasks run on ``concurrency`` threads of the worker process (``--pool threads``/``solo``)."""
+
+    kind = "threads"
+
+    def __init__(
+        self, app: App, concurrency: int, completions: queue.SimpleQueue[Completion]
+    ) -> None:
+        super().__init__(concurrency, completions)
+        self.app = app
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._busy = 0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        for i in range(self.concurrency):
+            t = threading.Thread(target=self._run, name=f"ackwise-executor-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def free_slots(self) -> int:
+        return self.concurrency - self._busy
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            self._busy += 1
+        self._jobs.put(job)
+
+    def _run(self) -> None:
+        runner = Runner(self.app)
+        try:
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    return
+                result = runner.run(job)
+                with self._lock:
+                    self._busy -= 1
+                self.completions.put(("done", job.job_id, result))
+        finally:
+            runner.close()
+
+    def shutdown(self, *, cold: bool) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+        if not cold:
+            for t in self._threads:
+                t.join()
+        # Cold: threads cannot be killed; they die with the process.
+
+
+class _Child:
+    __slots__ = ("buf", "job_id", "job_w", "proc", "ready", "result_r")
+
+    def __init__(self, proc: subprocess.Popen[bytes], job_w: int, result_r: int) -> None:
+        self.proc = proc
+        self.job_w = job_w
+        self.result_r = result_r
+        self.ready = False
+        self.job_id: int | None = None
+        self.buf = bytearray()
+
+
+class PreforkExecutor(Executor):
+    """Tasks run in ``concurrency`` child processes (``--pool prefork``).
+
+    Children are started fresh (``python -m ackwise._child``), import the app by its path, and
+    talk over two pipes each.  A collector thread reads results and notices a child's death the
+    moment its result pipe closes, reports the job it was running as lost, and starts a new child.
+    """
+
+    kind = "prefork"
+    can_kill = True
+
+    def __init__(
+        self,
+        app_path: str,
+        concurrency: int,
+        completions: queue.SimpleQueue[Completion],
+        *,
+        start_timeout: float = 120.0,
+    ) -> None:
+        super().__init__(concurrency, completions)
+        self.app_path = app_path
+        self.start_timeout = start_timeout
+        self._children: list[_Child] = []
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        self._collector: threading.Thread | None = None
+        self._ready_cv = threading.Condition(self._lock)
+        self._early_deaths = 0
+
+    # -- children --------------------------------------------------------------------------
+    def _spawn(self) -> _Child:
+        job_r, job_w = os.pipe()
+        result_r, result_w = os.pipe()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in [os.getcwd(), *sys.path, env.get("PYTHONPATH", "")] if p
+        )
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ackwise._child",
+                self.app_path,
+                str(job_r),
+                str(result_w),
+                str(os.getpid()),
+            ],
+            pass_fds=(job_r, result_w),
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        os.close(job_r)
+        os.close(result_w)
+        os.set_blocking(result_r, False)
+        child = _Child(proc, job_w, result_r)
+        self._sel.register(result_r, selectors.EVENT_READ, child)
+        return child
+
+    def start(self) -> None:
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        with self._lock:
+            for _ in range(self.concurrency):
+                self._children.append(self._spawn())
+        self._collector = threading.Thread(
+            target=self._collect, name="ackwise-prefork-collector", daemon=True
+        )
+        self._collector.start()
+        deadline = time.monotonic() + self.start_timeout
+        with self._ready_cv:
+            while not all(c.ready for c in self._children):
+                if self._early_deaths >= self.concurrency:
+                    raise ConfigurationError(
+                        f"prefork children exit before they are ready: cannot load app "
+                        f"{self.app_path!r} in a child process (see the error above)"
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ConfigurationError(
+                        f"prefork children did not start within {self.start_timeout:.0f}s"
+                    )
+                self._ready_cv.wait(min(left, 0.5))
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return [c.proc.pid for c in self._children]
+
+    def free_slots(self) -> int:
+        with self._lock:
+            return sum(1 for c in self._children if c.ready and c.job_id is None)
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            for child in self._children:
+                if child.ready and child.job_id is None:
+                    child.job_id = job.job_id
+                    break
+            else:  # pragma: no cover - the consumer checks free_slots first
+                raise RuntimeError("no idle prefork child")
+        payload = _JOB.pack(job.job_id, job.attempt) + job.body
+        try:
+            os.write(child.job_w, _FRAME.pack(len(payload)) + payload)
+        except OSError:
+            # The child died between free_slots() and now; the collector reports the job lost.
+            log.debug("prefork child %d died before it got job %d", child.proc.pid, job.job_id)
+
+    def running_pid(self, job_id: int) -> int | None:
+        with self._lock:
+            for c in self._children:
+                if c.job_id == job_id:
+                    return c.proc.pid
+        return None
+
+    def kill_job(self, job_id: int) -> bool:
+        """SIGKILL the child running ``job_id`` (hard time limit); the collector reports it."""
+        pid = self.running_pid(job_id)
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        return True
+
+    # -- collector thread ------------------------------------------------------------------
+    def _collect(self) -> None:
+        while True:
+            for key, _ in self._sel.select(timeout=1.0):
+                child = key.data
+                if child is None:
+                    os.read(self._wake_r, 4096)
+                    continue
+                self._read_child(child)
+            with self._lock:
+                if self._stopping and not self._children:
+                    return
+
+    def _read_child(self, child: _Child) -> None:
+        try:
+            data = os.read(child.result_r, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._child_died(child)
+            return
+        child.buf += data
+        while len(child.buf) >= 4:
+            (size,) = _FRAME.unpack_from(child.buf)
+            if len(child.buf) < 4 + size:
+                break
+            frame = bytes(child.buf[4 : 4 + size])
+            del child.buf[: 4 + size]
+            if frame == _READY:
+                with self._ready_cv:
+                    child.ready = True
+                    self._ready_cv.notify_all()
+                self.completions.put(("wake", 0, None))
+                continue
+            result = Result.from_wire(msgspec.msgpack.decode(frame))
+            with self._lock:
+                child.job_id = None
+            self.completions.put(("done", result.job_id, result))
+
+    def _child_died(self, child: _Child) -> None:
+        self._sel.unregister(child.result_r)
+        os.close(child.result_r)
+        try:
+            os.close(child.job_w)
+        except OSError:
+            pass
+        code = child.proc.wait()
+        with self._ready_cv:
+            self._children.remove(child)
+            job_id, was_ready = child.job_id, child.ready
+            stopping = self._stopping
+            if not was_ready:
+                self._early_deaths += 1
+            self._ready_cv.notify_all()
+        if job_id is not None:
+            reason = "worker_lost"
+            log.warning(
+                "executor process %d died (exit %s) running job %d", child.proc.pid, code, job_id
+            )
+            self.completions.put(("lost", job_id, reason))
+        elif not stopping:
+            log.warning("executor process %d died (exit %s) while idle", child.proc.pid, code)
+        if stopping:
+            return
+        if not was_ready and self._early_deaths >= self.concurrency * 3:
+            self.completions.put(
+                ("fatal", 0, f"prefork children keep dying at start (app {self.app_path!r})")
+            )
+            return
+        with self._lock:
+            self._children.append(self._spawn())
+
+    def shutdown(self, *, cold: bool) -> None:
+        with self._lock:
+            self._stopping = True
+            children = list(self._children)
+        for child in children:
+            if cold:
+                try:
+                    child.proc.kill()
+                except ProcessLookupError:
+                    pass
+            try:
+                os.close(child.job_w)  # EOF: an idle child exits
+            except OSError:
+                pass
+        os.write(self._wake_w, b"x")
+        if self._collector is not None:
+            self._collector.join(timeout=30)
+        for child in children:
+            try:
+                child.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                child.proc.wait()
+
+
+# -- the child side ------------------------------------------------------------------------
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this process when the worker dies, so no orphan runs on."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = os.read(fd, n)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def child_main(app_path: str, job_fd: int, result_fd: int, parent_pid: int) -> None:
+    """Serve jobs from ``job_fd`` until it closes; write results to ``result_fd``."""
+    _die_with_parent(parent_pid)
+    # Stopping belongs to the supervisor: a Ctrl-C or a SIGTERM sent to the whole process group
+    # (systemd's default KillMode) must not kill a task mid-run; the supervisor closes our job
+    # pipe on a graceful stop and SIGKILLs us on a cold one.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from ackwise._execution import load_app
+
+    app = load_app(app_path)
+    runner = Runner(app)
+    os.write(result_fd, _FRAME.pack(len(_READY)) + _READY)
+    encode = msgspec.msgpack.encode
+    while True:
+        try:
+            (size,) = _FRAME.unpack(_read_exact(job_fd, 4))
+            payload = _read_exact(job_fd, size)
+        except EOFError:
+            break
+        job_id, attempt = _JOB.unpack_from(payload)
+        result = runner.run(Job(job_id, attempt, payload[_JOB.size :]))
+        out = encode(result.to_wire())
+        os.write(result_fd, _FRAME.pack(len(out)) + out)
+    runner.close()
+    os._exit(0)

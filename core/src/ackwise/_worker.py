@@ -1,0 +1,642 @@
+"""The worker: one consumer loop that owns the adapter, and an executor that runs tasks.
+
+The consumer loop (DESIGN §4) receives up to the prefetch budget, starts tasks as executor slots
+free up, settles completions in batches, and renews the leases of everything it holds (running
+and prefetched) every ``lease / 3``.  What to tell the broker is decided by :func:`settle` alone.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ackwise import _envelope
+from ackwise._execution import FAILED, Job, Result
+from ackwise._executors import Completion, Executor, PreforkExecutor, ThreadExecutor
+from ackwise._semantics import (
+    Ack,
+    AckMessage,
+    DeadLetterMessage,
+    Hold,
+    LostMessage,
+    NackMessage,
+    Outcome,
+    RetryMessage,
+    Settlement,
+    settle,
+)
+from ackwise._spi import Adapter, Delivery, LeaseExtension, Outgoing, QueueSpec
+from ackwise.errors import (
+    AdapterError,
+    ConfigurationError,
+    EnvelopeError,
+    StaleReceipt,
+    TransientAdapterError,
+    UnknownEnvelopeVersion,
+)
+
+if TYPE_CHECKING:
+    from ackwise._app import App, Task
+
+log = logging.getLogger(__name__)
+
+POOLS = ("prefork", "threads", "solo")
+
+Listener = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class WorkerConfig:
+    """Settings of one worker process; checked by :meth:`validate`."""
+
+    queues: Sequence[str] = ()
+    concurrency: int = 0  # 0: number of CPUs (prefork / threads), 1 for solo
+    pool: str = "prefork"
+    prefetch: int = 0  # 0: 4 x concurrency; counts running and buffered messages
+    lease: float = 30.0
+    grace: float = 30.0
+    #: How long one idle receive may block (also bounds the reaction to a stop request).
+    poll: float = 1.0
+    app_path: str | None = None
+
+    def validate(self, app: App, adapter_cls: type[Adapter]) -> None:
+        if self.pool not in POOLS:
+            raise ConfigurationError(f"--pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
+        if self.pool == "solo":
+            if self.concurrency not in (0, 1):
+                raise ConfigurationError("--pool solo runs one task at a time; drop -c")
+            self.concurrency = 1
+        if self.concurrency == 0:
+            self.concurrency = os.cpu_count() or 1
+        if self.concurrency < 1:
+            raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.prefetch == 0:
+            self.prefetch = 4 * self.concurrency
+        if self.prefetch < 1:
+            raise ConfigurationError(f"--prefetch must be >= 1, got {self.prefetch}")
+        if not self.lease > 0:
+            raise ConfigurationError(f"--lease must be > 0 seconds, got {self.lease}")
+        if self.grace < 0:
+            raise ConfigurationError(f"--grace must be >= 0 seconds, got {self.grace}")
+        caps = adapter_cls.capabilities
+        if caps.max_lease is not None and self.lease > caps.max_lease:
+            raise ConfigurationError(
+                f"--lease {self.lease}s is longer than the broker allows ({caps.max_lease}s)"
+            )
+        if caps.lease_extension is LeaseExtension.NONE:
+            long = [
+                t.name
+                for t in app.tasks.values()
+                if t.options.get("time_limit") and t.options["time_limit"] > self.lease
+            ]
+            if long:
+                raise ConfigurationError(
+                    f"the broker cannot extend leases and tasks {long} may run longer than "
+                    f"--lease {self.lease}s: raise --lease or lower their time_limit"
+                )
+        if self.pool == "prefork" and not self.app_path:
+            raise ConfigurationError(
+                "--pool prefork needs the app's import path ('module:app') to start children; "
+                "use the threads pool for an App object without one"
+            )
+        if not caps.multi_process and self.pool == "prefork":
+            # Children never touch the adapter, so this works; nothing to refuse.
+            pass
+        self.queues = list(self.queues) or app.queues()
+
+
+@dataclass(slots=True)
+class _Held:
+    """A delivery this worker holds: buffered or running."""
+
+    delivery: Delivery
+    task: Task[..., Any]
+    envelope: _envelope.Envelope
+    job_id: int
+    started: float = 0.0
+    lease_lost: bool = False
+
+
+@dataclass
+class WorkerCounters:
+    received: int = 0
+    started: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    lost: int = 0
+    returned: int = 0
+    stale: int = 0
+    extended: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+
+class Worker:
+    """One worker process's consumer loop.
+
+    :param app: the application whose tasks run here.
+    :param config: see :class:`WorkerConfig`.
+    :param listeners: called on the consumer thread as ``listener(event, info)`` for
+        ``started``, ``succeeded``, ``failed``, ``retried``, ``dead_lettered``, ``lost``,
+        ``returned`` and ``stale`` (used by :mod:`ackwise.testing`).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        config: WorkerConfig | None = None,
+        *,
+        listeners: Sequence[Listener] = (),
+    ) -> None:
+        self.app = app
+        self.config = config or WorkerConfig(pool="threads")
+        self.config.validate(app, app.adapter_class)
+        self.adapter = app.adapter()
+        self.listeners = list(listeners)
+        self.counters = WorkerCounters()
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        self._completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
+        self._buffer: collections.deque[_Held] = collections.deque()
+        self._running: dict[int, _Held] = {}
+        self._job_ids = itertools.count(1)
+        self._stop_requested = 0  # 1: graceful, 2: cold
+        self._stopped = threading.Event()
+        self._ready = threading.Event()
+        self._executor: Executor | None = None
+        self._queue_cycle = itertools.cycle(self.config.queues)
+        self._hooks = {
+            name: app.plugins.emitter(f"ackwise_task_{name}")
+            for name in ("started", "succeeded", "failed", "retried", "dead_lettered", "lost")
+        }
+
+    # -- control ---------------------------------------------------------------------------
+    def request_stop(self, cold: bool = False) -> None:
+        """Ask the loop to stop: graceful first, cold on a second call or with ``cold``.
+
+        Safe to call from a signal handler.
+        """
+        self._stop_requested = 2 if cold or self._stop_requested else 1
+        self._completions.put(("wake", 0, None))
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM / SIGINT: graceful stop; a second one: cold stop."""
+
+        def handler(signum: int, frame: object) -> None:
+            cold = self._stop_requested > 0
+            log.warning(
+                "%s received: %s", signal.Signals(signum).name, "cold stop" if cold else
+                f"graceful stop (grace {self.config.grace:.0f}s; again for a cold stop)",
+            )
+            self.request_stop(cold=cold)
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self._ready.wait(timeout)
+
+    @property
+    def held(self) -> int:
+        """Deliveries held now: buffered plus running."""
+        return len(self._buffer) + len(self._running)
+
+    # -- main loop -------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run until stopped; return the process exit status (0 graceful, 1 cold or fatal)."""
+        cfg = self.config
+        self.adapter.open()
+        for q in cfg.queues:
+            self.adapter.declare(QueueSpec(q, max_deliveries=self._max_deliveries_for(q)))
+        if cfg.pool == "prefork":
+            assert cfg.app_path is not None
+            executor: Executor = PreforkExecutor(cfg.app_path, cfg.concurrency, self._completions)
+        else:
+            executor = ThreadExecutor(self.app, cfg.concurrency, self._completions)
+        self._executor = executor
+        executor.start()
+        log.info(
+            "worker %s ready: broker %s, queues %s, pool %s x%d, prefetch %d, lease %.1fs",
+            self.worker_id, self.app.broker, ",".join(cfg.queues), cfg.pool, cfg.concurrency,
+            cfg.prefetch, cfg.lease,
+        )
+        self._ready.set()
+        status = 0
+        try:
+            status = self._loop(executor)
+        finally:
+            self._stopped.set()
+            try:
+                self.adapter.close()
+            except AdapterError:  # pragma: no cover - closing a broken connection
+                log.debug("closing the adapter failed", exc_info=True)
+        return status
+
+    def _max_deliveries_for(self, queue_name: str) -> int:
+        values = [t.max_deliveries for t in self.app.tasks.values() if t.queue == queue_name]
+        return max(values, default=5)
+
+    def _loop(self, executor: Executor) -> int:
+        cfg = self.config
+        renew_every = cfg.lease / 3.0
+        next_renewal = time.monotonic() + renew_every
+        grace_deadline: float | None = None
+        backoff = 0.0
+        acks: list[Delivery] = []
+        while True:
+            try:
+                if backoff:
+                    self._reconnect(backoff)
+                    backoff = 0.0
+                    if acks:
+                        self._ack(acks)
+                # 1. stopping?
+                if self._stop_requested and grace_deadline is None:
+                    grace_deadline = time.monotonic() + cfg.grace
+                    self._return_buffer()
+                if self._stop_requested == 2 or (
+                    grace_deadline is not None and time.monotonic() >= grace_deadline
+                ):
+                    return self._cold_stop(executor)
+                if grace_deadline is not None and not self._running:
+                    executor.shutdown(cold=False)
+                    log.info("worker %s stopped gracefully", self.worker_id)
+                    return 0
+                # 2. settle what finished
+                self._drain_completions(acks, block=0.0)
+                if acks:
+                    self._ack(acks)
+                # 3. renew leases of everything held
+                now = time.monotonic()
+                if now >= next_renewal:
+                    self._renew()
+                    next_renewal = now + renew_every
+                # 4. start buffered tasks on free slots
+                if self._buffer and not self._stop_requested:
+                    self._start(executor)
+                # 5. fetch more
+                received = 0
+                if not self._stop_requested:
+                    room = cfg.prefetch - self.held
+                    if room > 0 and (not self._buffer or room * 2 >= cfg.prefetch):
+                        idle = not self._running and not self._buffer
+                        wait = min(cfg.poll, max(0.0, next_renewal - time.monotonic())) if idle else 0.0
+                        received = self._receive(room, wait)
+                        if received and self._buffer:
+                            self._start(executor)
+                # 6. wait for something to happen (an idle receive has waited already)
+                if not received and (self._running or self._buffer):
+                    room = cfg.prefetch - self.held
+                    # While slots are busy but there is room, look for new messages often.
+                    timeout = 0.02 if room > 0 and not self._stop_requested else cfg.poll
+                    timeout = min(timeout, max(0.0, next_renewal - time.monotonic()))
+                    if grace_deadline is not None:
+                        timeout = min(timeout, max(0.0, grace_deadline - time.monotonic()))
+                    self._drain_completions(acks, block=timeout)
+                    if acks:
+                        self._ack(acks)
+            except TransientAdapterError as exc:
+                backoff = min(max(backoff * 2, 0.1), 5.0)
+                log.warning("broker error (%s); reconnecting in %.1fs", exc, backoff)
+            except _Fatal as exc:
+                log.error("worker cannot go on: %s", exc)
+                self._cold_stop(executor)
+                return 1
+
+    def _reconnect(self, delay: float) -> None:
+        time.sleep(delay)
+        try:
+            self.adapter.close()
+        except AdapterError:
+            pass
+        self.adapter.open()
+
+    # -- receiving and starting ------------------------------------------------------------
+    def _receive(self, room: int, wait: float) -> int:
+        cfg = self.config
+        total = 0
+        per_queue_wait = wait / max(1, len(cfg.queues))
+        for _ in range(len(cfg.queues)):
+            q = next(self._queue_cycle)
+            deliveries = self.adapter.receive(
+                q, max_messages=room - total, wait=per_queue_wait, lease=cfg.lease
+            )
+            for d in deliveries:
+                self._accept(d)
+            total += len(deliveries)
+            if total >= room:
+                break
+        return total
+
+    def _accept(self, d: Delivery) -> None:
+        """Decode one delivery; buffer it, or settle it at once when it cannot run."""
+        self.counters.received += 1
+        try:
+            env = _envelope.decode(d.body)
+        except UnknownEnvelopeVersion as exc:
+            self._reject(d, "unknown_envelope_version", str(exc), None)
+            return
+        except EnvelopeError as exc:
+            self._reject(d, "decode_error", str(exc), None)
+            return
+        task = self.app.tasks.get(env.task)
+        if task is None:
+            self._reject(d, "unknown_task", f"no task named {env.task!r} is registered", env)
+            return
+        if d.attempt > task.max_deliveries:
+            decision = settle(
+                task.ack, Outcome.OVER_LIMIT, attempt=d.attempt, max_deliveries=task.max_deliveries
+            )
+            self._carry_out(decision, d, task, env, error=None, outcome="max_deliveries")
+            return
+        self._buffer.append(_Held(d, task, env, next(self._job_ids)))
+
+    def _reject(
+        self, d: Delivery, reason: str, detail: str, env: _envelope.Envelope | None
+    ) -> None:
+        log.error("message %s on %s dead-lettered (%s): %s", d.message_id, d.queue, reason, detail)
+        decision = settle(Ack.LATE, Outcome.REJECTED, attempt=d.attempt, max_deliveries=1, reason=reason)
+        assert isinstance(decision, DeadLetterMessage)
+        self._dead_letter(d, None, env, decision, detail, None)
+
+    def _start(self, executor: Executor) -> None:
+        free = executor.free_slots()
+        if free <= 0:
+            return
+        batch: list[_Held] = []
+        while self._buffer and len(batch) < free:
+            batch.append(self._buffer.popleft())
+        early = [h.delivery for h in batch if h.task.ack is Ack.EARLY]
+        stale_ids: set[int] = set()
+        if early:
+            # At most once: the broker forgets the message before the body starts.
+            try:
+                self.adapter.ack(early)
+            except StaleReceipt as exc:
+                stale_ids = {id(d) for d in exc.deliveries}
+                self._report_stale(exc, "early ack")
+        now = time.time()
+        for h in batch:
+            if id(h.delivery) in stale_ids:
+                continue  # the lease moved on: another worker owns it now
+            h.started = now
+            self._running[h.job_id] = h
+            self.counters.started += 1
+            self._emit("started", h, attempt=h.delivery.attempt)
+            executor.submit(Job(h.job_id, h.delivery.attempt, h.delivery.body))
+
+    def _return_buffer(self) -> None:
+        """Graceful stop: give every prefetched, unstarted message back at once."""
+        while self._buffer:
+            h = self._buffer.popleft()
+            decision = settle(
+                h.task.ack, Outcome.NOT_STARTED, attempt=h.delivery.attempt,
+                max_deliveries=h.task.max_deliveries,
+            )
+            self._carry_out(decision, h.delivery, h.task, h.envelope, error=None, outcome="returned")
+
+    # -- completions -----------------------------------------------------------------------
+    def _drain_completions(self, acks: list[Delivery], block: float) -> None:
+        try:
+            item = self._completions.get(timeout=block) if block > 0 else self._completions.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            kind, job_id, payload = item
+            if kind == "done":
+                self._finished(job_id, payload, acks)
+            elif kind == "lost":
+                self._executor_lost(job_id, payload)
+            elif kind == "fatal":
+                raise _Fatal(payload)
+            try:
+                item = self._completions.get_nowait()
+            except queue.Empty:
+                return
+
+    def _finished(self, job_id: int, result: Result, acks: list[Delivery]) -> None:
+        h = self._running.pop(job_id, None)
+        if h is None:  # pragma: no cover - a job the loop no longer tracks
+            return
+        task, d = h.task, h.delivery
+        if result.status == FAILED:
+            self.counters.failed += 1
+            self._emit("failed", h, attempt=d.attempt, error=result.error)
+            decision = settle(
+                task.ack, Outcome.FAILED, attempt=d.attempt, max_deliveries=task.max_deliveries,
+                retry_delay=result.retry_delay,
+            )
+            self._carry_out(decision, d, task, h.envelope, error=result, outcome="failed")
+            return
+        self.counters.succeeded += 1
+        self._emit("succeeded", h, attempt=d.attempt, duration=result.duration)
+        decision = settle(
+            task.ack, Outcome.SUCCEEDED, attempt=d.attempt, max_deliveries=task.max_deliveries
+        )
+        if isinstance(decision, AckMessage):
+            acks.append(d)  # settled in one batch with the others of this round
+
+    def _executor_lost(self, job_id: int, reason: str) -> None:
+        h = self._running.pop(job_id, None)
+        if h is None:  # pragma: no cover
+            return
+        d, task = h.delivery, h.task
+        decision = settle(
+            task.ack, Outcome.EXECUTOR_LOST, attempt=d.attempt, max_deliveries=task.max_deliveries,
+            reason=reason,
+        )
+        self._carry_out(decision, d, task, h.envelope, error=None, outcome=reason)
+
+    # -- carrying out a settlement ---------------------------------------------------------
+    def _carry_out(
+        self,
+        decision: Settlement,
+        d: Delivery,
+        task: Task[..., Any],
+        env: _envelope.Envelope,
+        *,
+        error: Result | None,
+        outcome: str,
+    ) -> None:
+        try:
+            if isinstance(decision, AckMessage):
+                self.adapter.ack([d])
+            elif isinstance(decision, NackMessage):
+                self.adapter.nack(d, delay=decision.delay)
+                self.counters.returned += 1
+                self._emit_raw("returned", d, task.name, reason=outcome, delay=decision.delay)
+            elif isinstance(decision, RetryMessage):
+                self._retry(decision, d, task, env, error)
+            elif isinstance(decision, DeadLetterMessage):
+                self._dead_letter(
+                    d, task, env, decision, error.error if error else outcome,
+                    error.traceback if error else None,
+                )
+            elif isinstance(decision, LostMessage):
+                self.counters.lost += 1
+                log.warning(
+                    "task %s message %s lost (%s): it was acked before it started (Ack.EARLY)",
+                    task.name, d.message_id, decision.reason,
+                )
+                self._emit_raw("lost", d, task.name, reason=decision.reason)
+                hook = self._hooks["lost"]
+                if hook:
+                    hook(task=task.name, message_id=d.message_id, queue=d.queue, reason=decision.reason)
+            elif isinstance(decision, Hold):
+                pass
+        except StaleReceipt as exc:
+            self._report_stale(exc, type(decision).__name__)
+
+    def _annotated(
+        self, env: _envelope.Envelope, d: Delivery, outcome: str, error: str | None, tb: str | None
+    ) -> _envelope.Envelope:
+        history = [
+            *env.history,
+            _envelope.Attempt(
+                attempt=d.attempt, at=time.time(), outcome=outcome, error=error, traceback=tb,
+                worker=self.worker_id,
+            ),
+        ]
+        return _envelope.Envelope(
+            v=env.v, id=env.id, task=env.task, args=env.args, kwargs=env.kwargs, queue=env.queue,
+            created_at=env.created_at, eta=env.eta, history=history, headers=env.headers,
+        )
+
+    def _retry(
+        self,
+        decision: RetryMessage,
+        d: Delivery,
+        task: Task[..., Any],
+        env: _envelope.Envelope,
+        error: Result | None,
+    ) -> None:
+        new = self._annotated(
+            env, d, "retry", error.error if error else None, error.traceback if error else None
+        )
+        new.eta = time.time() + decision.delay if decision.delay else None
+        # Publish first, then settle the original: a crash in between duplicates, never loses.
+        self.adapter.publish(d.queue, [Outgoing(env.id, _envelope.encode(new), decision.delay)])
+        self.counters.retried += 1
+        self._emit_raw("retried", d, task.name, delay=decision.delay)
+        hook = self._hooks["retried"]
+        if hook:
+            hook(task=task.name, message_id=d.message_id, attempt=d.attempt, delay=decision.delay)
+        if not decision.original_settled:
+            self.adapter.ack([d])
+
+    def _dead_letter(
+        self,
+        d: Delivery,
+        task: Task[..., Any] | None,
+        env: _envelope.Envelope | None,
+        decision: DeadLetterMessage,
+        error: str | None,
+        tb: str | None,
+    ) -> None:
+        body = None
+        if env is not None:
+            body = _envelope.encode(self._annotated(env, d, decision.reason, error, tb))
+        if decision.original_settled:
+            self.adapter.publish_dead(
+                d.queue, [Outgoing(d.message_id, body or d.body)], reason=decision.reason
+            )
+        else:
+            self.adapter.dead_letter(d, reason=decision.reason, body=body)
+        self.counters.dead_lettered += 1
+        self.counters.by_reason[decision.reason] = self.counters.by_reason.get(decision.reason, 0) + 1
+        name = task.name if task else (env.task if env else None)
+        self._emit_raw("dead_lettered", d, name, reason=decision.reason, error=error)
+        hook = self._hooks["dead_lettered"]
+        if hook:
+            hook(task=name, message_id=d.message_id, queue=d.queue, reason=decision.reason)
+
+    def _ack(self, acks: list[Delivery]) -> None:
+        batch = list(acks)
+        acks.clear()
+        try:
+            self.adapter.ack(batch)
+        except StaleReceipt as exc:
+            self._report_stale(exc, "ack")
+        except TransientAdapterError:
+            acks.extend(batch)  # settle them after reconnecting
+            raise
+
+    def _renew(self) -> None:
+        held = [h.delivery for h in self._buffer if not h.lease_lost]
+        held += [h.delivery for h in self._running.values() if not h.lease_lost]
+        if not held or self.adapter.capabilities.lease_extension is not LeaseExtension.PER_MESSAGE:
+            return
+        try:
+            self.adapter.extend(held, lease=self.config.lease)
+        except StaleReceipt as exc:
+            lost = {id(d) for d in exc.deliveries}
+            for h in [*self._buffer, *self._running.values()]:
+                if id(h.delivery) in lost:
+                    h.lease_lost = True
+            self._report_stale(exc, "extend")
+            # Buffered deliveries whose lease moved on belong to another worker now.
+            self._buffer = collections.deque(h for h in self._buffer if not h.lease_lost)
+        self.counters.extended += len(held)
+
+    def _report_stale(self, exc: StaleReceipt, operation: str) -> None:
+        self.counters.stale += len(exc.deliveries)
+        for d in exc.deliveries:
+            log.warning(
+                "stale receipt on %s of message %s (queue %s, attempt %d): its lease had "
+                "expired and it may run again elsewhere; nothing was changed",
+                operation, d.message_id, d.queue, d.attempt,
+            )
+            self._emit_raw("stale", d, None, operation=operation)
+
+    # -- stopping --------------------------------------------------------------------------
+    def _cold_stop(self, executor: Executor) -> int:
+        log.warning(
+            "worker %s: cold stop with %d task(s) running", self.worker_id, len(self._running)
+        )
+        executor.shutdown(cold=True)
+        for h in list(self._running.values()):
+            decision = settle(
+                h.task.ack, Outcome.ABANDONED, attempt=h.delivery.attempt,
+                max_deliveries=h.task.max_deliveries,
+            )
+            self._carry_out(decision, h.delivery, h.task, h.envelope, error=None, outcome="abandoned")
+        self._running.clear()
+        self._return_buffer()
+        return 1
+
+    # -- events ----------------------------------------------------------------------------
+    def _emit(self, event: str, h: _Held, **info: Any) -> None:
+        if self.listeners:
+            self._emit_raw(event, h.delivery, h.task.name, **info)
+        hook = self._hooks.get(event)
+        if hook is not None:
+            d = h.delivery
+            if event == "started":
+                hook(task=h.task.name, message_id=d.message_id, attempt=d.attempt, queue=d.queue)
+            elif event == "succeeded":
+                hook(task=h.task.name, message_id=d.message_id, attempt=d.attempt, duration=info["duration"])
+            elif event == "failed":
+                hook(task=h.task.name, message_id=d.message_id, attempt=d.attempt, error=info["error"])
+
+    def _emit_raw(self, event: str, d: Delivery, task: str | None, **info: Any) -> None:
+        if not self.listeners:
+            return
+        payload = {
+            "task": task, "message_id": d.message_id, "queue": d.queue, "attempt": d.attempt, **info,
+        }
+        for listener in self.listeners:
+            listener(event, payload)
+
+
+class _Fatal(Exception):
+    pass
