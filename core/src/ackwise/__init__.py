@@ -29,6 +29,7 @@ from ackwise._spi import (
     QueueStats,
     redact_url,
 )
+from ackwise._worker import Worker, WorkerConfig
 
 __version__ = "0.1.0"
 
@@ -63,6 +64,8 @@ __all__ = [
     "Signature",
     "Task",
     "TaskContext",
+    "Worker",
+    "WorkerConfig",
     "__version__",
     "get_plugins",
     "hookimpl",

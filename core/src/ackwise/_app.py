@@ -34,7 +34,7 @@ DEFAULT_BROKER = "sqlite:///ackwise.db"
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,80}$")
 
 
-class Retry(Exception):  # noqa: N818 - Celery-familiar name; control flow, not an error
+class Retry(Exception):
     """Raise inside a task to run it again after ``delay`` seconds (default: the backoff)."""
 
     def __init__(self, delay: float | None = None, *, exc: BaseException | None = None) -> None:
@@ -58,7 +58,9 @@ class RetryPolicy:
         if self.max_retries < 0:
             raise ConfigurationError(f"max_retries must be >= 0, got {self.max_retries}")
         if not (math.isfinite(self.backoff) and self.backoff >= 0):
-            raise ConfigurationError(f"retry_backoff must be a finite number >= 0, got {self.backoff}")
+            raise ConfigurationError(
+                f"retry_backoff must be a finite number >= 0, got {self.backoff}"
+            )
         if not (math.isfinite(self.backoff_max) and self.backoff_max >= self.backoff):
             raise ConfigurationError(
                 f"retry_backoff_max ({self.backoff_max}) must be finite and >= retry_backoff "

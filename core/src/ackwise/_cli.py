@@ -41,17 +41,28 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("worker", help="run a worker", description="Run a worker process.")
     w.add_argument("app", metavar="MODULE:APP", help="import path of the App, e.g. proj.tasks:app")
     w.add_argument("-Q", "--queues", type=_queues, default=[], help="comma-separated queues")
-    w.add_argument("-c", "--concurrency", type=int, default=0, help="executor slots (default: CPUs)")
+    w.add_argument(
+        "-c", "--concurrency", type=int, default=0, help="executor slots (default: CPUs)"
+    )
     w.add_argument("--pool", choices=["prefork", "threads", "solo"], default="prefork")
     w.add_argument(
-        "--prefetch", type=int, default=0, help="messages held at once, running included (default 4 x -c)"
+        "--prefetch",
+        type=int,
+        default=0,
+        help="messages held at once, running included (default 4 x -c)",
     )
-    w.add_argument("--lease", type=_positive_float, default=30.0, help="lease seconds (renewed every lease/3)")
-    w.add_argument("--grace", type=_positive_float, default=30.0, help="seconds running tasks get on SIGTERM")
+    w.add_argument(
+        "--lease", type=_positive_float, default=30.0, help="lease seconds (renewed every lease/3)"
+    )
+    w.add_argument(
+        "--grace", type=_positive_float, default=30.0, help="seconds running tasks get on SIGTERM"
+    )
     w.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("stats", help="show queue depths", description="Show per-queue state.")
-    s.add_argument("app", metavar="MODULE:APP", nargs="?", help="App whose broker and queues to show")
+    s.add_argument(
+        "app", metavar="MODULE:APP", nargs="?", help="App whose broker and queues to show"
+    )
     s.add_argument("--broker", help="broker URL (default: the app's, or $ACKWISE_BROKER_URL)")
     s.add_argument("-Q", "--queues", type=_queues, default=[], help="comma-separated queues")
     s.add_argument("--json", action="store_true", help="print JSON")
@@ -128,13 +139,22 @@ def cmd_stats(args: argparse.Namespace) -> int:
     broker = broker or os.environ.get("ACKWISE_BROKER_URL") or "sqlite:///ackwise.db"
     rows = _stats_rows(broker, queues)
     if args.json:
-        print(json.dumps({"broker": redact_url(broker), "queues": [r.as_dict() for r in rows]}, indent=2))
+        print(
+            json.dumps(
+                {"broker": redact_url(broker), "queues": [r.as_dict() for r in rows]}, indent=2
+            )
+        )
         return 0
     print(f"broker: {redact_url(broker)}")
-    print(_table(
-        ["queue", "ready", "delayed", "in flight", "dead", "oldest age"],
-        [[r.queue, r.ready, r.delayed, r.in_flight, r.dead, f"{r.oldest_age:.1f}s"] for r in rows],
-    ))
+    print(
+        _table(
+            ["queue", "ready", "delayed", "in flight", "dead", "oldest age"],
+            [
+                [r.queue, r.ready, r.delayed, r.in_flight, r.dead, f"{r.oldest_age:.1f}s"]
+                for r in rows
+            ],
+        )
+    )
     return 0
 
 

@@ -85,7 +85,7 @@ class Runner:
                 self._run_async(task.fn(*args, **env.kwargs))
             else:
                 task.fn(*args, **env.kwargs)
-        except BaseException as exc:  # noqa: BLE001 - a task's sys.exit() is a failure too
+        except BaseException as exc:
             duration = time.perf_counter() - start
             retry_delay: float | None = None
             if policy is not None and env is not None:
@@ -130,7 +130,9 @@ def load_app(path: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(f"app path {path!r}: cannot import {module_name!r}: {exc}") from exc
+        raise ConfigurationError(
+            f"app path {path!r}: cannot import {module_name!r}: {exc}"
+        ) from exc
     if attr:
         obj = module
         for part in attr.split("."):
@@ -141,7 +143,9 @@ def load_app(path: str) -> App:
                     f"app path {path!r}: module {module_name!r} has no attribute {attr!r}"
                 ) from None
         if not isinstance(obj, App):
-            raise ConfigurationError(f"app path {path!r}: {attr!r} is {type(obj).__name__}, not an App")
+            raise ConfigurationError(
+                f"app path {path!r}: {attr!r} is {type(obj).__name__}, not an App"
+            )
         return obj
     apps = [v for v in vars(module).values() if isinstance(v, App)]
     if len(apps) != 1:

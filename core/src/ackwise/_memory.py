@@ -102,9 +102,7 @@ class MemoryAdapter(Adapter):
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
         if url.query:
-            raise InvalidBrokerURL(
-                f"memory:// takes no options, got {sorted(url.query)} in {url}"
-            )
+            raise InvalidBrokerURL(f"memory:// takes no options, got {sorted(url.query)} in {url}")
         self.broker_name = (url.host + url.path).strip("/") or "default"
         self._broker: MemoryBroker | None = None
 

@@ -177,7 +177,9 @@ class BrokerURL:
         query: dict[str, str] = {}
         for key, value in parse_qsl(parts.query, keep_blank_values=True):
             if key in query:
-                raise InvalidBrokerURL(f"broker URL {redact_url(url)!r}: option {key!r} given twice")
+                raise InvalidBrokerURL(
+                    f"broker URL {redact_url(url)!r}: option {key!r} given twice"
+                )
             query[key] = value
         return cls(
             raw=url,

@@ -195,8 +195,11 @@ class Worker:
         def handler(signum: int, frame: object) -> None:
             cold = self._stop_requested > 0
             log.warning(
-                "%s received: %s", signal.Signals(signum).name, "cold stop" if cold else
-                f"graceful stop (grace {self.config.grace:.0f}s; again for a cold stop)",
+                "%s received: %s",
+                signal.Signals(signum).name,
+                "cold stop"
+                if cold
+                else f"graceful stop (grace {self.config.grace:.0f}s; again for a cold stop)",
             )
             self.request_stop(cold=cold)
 
@@ -227,8 +230,13 @@ class Worker:
         executor.start()
         log.info(
             "worker %s ready: broker %s, queues %s, pool %s x%d, prefetch %d, lease %.1fs",
-            self.worker_id, self.app.broker, ",".join(cfg.queues), cfg.pool, cfg.concurrency,
-            cfg.prefetch, cfg.lease,
+            self.worker_id,
+            self.app.broker,
+            ",".join(cfg.queues),
+            cfg.pool,
+            cfg.concurrency,
+            cfg.prefetch,
+            cfg.lease,
         )
         self._ready.set()
         status = 0
@@ -290,7 +298,11 @@ class Worker:
                     room = cfg.prefetch - self.held
                     if room > 0 and (not self._buffer or room * 2 >= cfg.prefetch):
                         idle = not self._running and not self._buffer
-                        wait = min(cfg.poll, max(0.0, next_renewal - time.monotonic())) if idle else 0.0
+                        wait = (
+                            min(cfg.poll, max(0.0, next_renewal - time.monotonic()))
+                            if idle
+                            else 0.0
+                        )
                         received = self._receive(room, wait)
                         if received and self._buffer:
                             self._start(executor)
@@ -365,7 +377,9 @@ class Worker:
         self, d: Delivery, reason: str, detail: str, env: _envelope.Envelope | None
     ) -> None:
         log.error("message %s on %s dead-lettered (%s): %s", d.message_id, d.queue, reason, detail)
-        decision = settle(Ack.LATE, Outcome.REJECTED, attempt=d.attempt, max_deliveries=1, reason=reason)
+        decision = settle(
+            Ack.LATE, Outcome.REJECTED, attempt=d.attempt, max_deliveries=1, reason=reason
+        )
         assert isinstance(decision, DeadLetterMessage)
         self._dead_letter(d, None, env, decision, detail, None)
 
@@ -400,15 +414,23 @@ class Worker:
         while self._buffer:
             h = self._buffer.popleft()
             decision = settle(
-                h.task.ack, Outcome.NOT_STARTED, attempt=h.delivery.attempt,
+                h.task.ack,
+                Outcome.NOT_STARTED,
+                attempt=h.delivery.attempt,
                 max_deliveries=h.task.max_deliveries,
             )
-            self._carry_out(decision, h.delivery, h.task, h.envelope, error=None, outcome="returned")
+            self._carry_out(
+                decision, h.delivery, h.task, h.envelope, error=None, outcome="returned"
+            )
 
     # -- completions -----------------------------------------------------------------------
     def _drain_completions(self, acks: list[Delivery], block: float) -> None:
         try:
-            item = self._completions.get(timeout=block) if block > 0 else self._completions.get_nowait()
+            item = (
+                self._completions.get(timeout=block)
+                if block > 0
+                else self._completions.get_nowait()
+            )
         except queue.Empty:
             return
         while True:
@@ -433,7 +455,10 @@ class Worker:
             self.counters.failed += 1
             self._emit("failed", h, attempt=d.attempt, error=result.error)
             decision = settle(
-                task.ack, Outcome.FAILED, attempt=d.attempt, max_deliveries=task.max_deliveries,
+                task.ack,
+                Outcome.FAILED,
+                attempt=d.attempt,
+                max_deliveries=task.max_deliveries,
                 retry_delay=result.retry_delay,
             )
             self._carry_out(decision, d, task, h.envelope, error=result, outcome="failed")
@@ -452,7 +477,10 @@ class Worker:
             return
         d, task = h.delivery, h.task
         decision = settle(
-            task.ack, Outcome.EXECUTOR_LOST, attempt=d.attempt, max_deliveries=task.max_deliveries,
+            task.ack,
+            Outcome.EXECUTOR_LOST,
+            attempt=d.attempt,
+            max_deliveries=task.max_deliveries,
             reason=reason,
         )
         self._carry_out(decision, d, task, h.envelope, error=None, outcome=reason)
@@ -479,19 +507,30 @@ class Worker:
                 self._retry(decision, d, task, env, error)
             elif isinstance(decision, DeadLetterMessage):
                 self._dead_letter(
-                    d, task, env, decision, error.error if error else outcome,
+                    d,
+                    task,
+                    env,
+                    decision,
+                    error.error if error else outcome,
                     error.traceback if error else None,
                 )
             elif isinstance(decision, LostMessage):
                 self.counters.lost += 1
                 log.warning(
                     "task %s message %s lost (%s): it was acked before it started (Ack.EARLY)",
-                    task.name, d.message_id, decision.reason,
+                    task.name,
+                    d.message_id,
+                    decision.reason,
                 )
                 self._emit_raw("lost", d, task.name, reason=decision.reason)
                 hook = self._hooks["lost"]
                 if hook:
-                    hook(task=task.name, message_id=d.message_id, queue=d.queue, reason=decision.reason)
+                    hook(
+                        task=task.name,
+                        message_id=d.message_id,
+                        queue=d.queue,
+                        reason=decision.reason,
+                    )
             elif isinstance(decision, Hold):
                 pass
         except StaleReceipt as exc:
@@ -503,13 +542,25 @@ class Worker:
         history = [
             *env.history,
             _envelope.Attempt(
-                attempt=d.attempt, at=time.time(), outcome=outcome, error=error, traceback=tb,
+                attempt=d.attempt,
+                at=time.time(),
+                outcome=outcome,
+                error=error,
+                traceback=tb,
                 worker=self.worker_id,
             ),
         ]
         return _envelope.Envelope(
-            v=env.v, id=env.id, task=env.task, args=env.args, kwargs=env.kwargs, queue=env.queue,
-            created_at=env.created_at, eta=env.eta, history=history, headers=env.headers,
+            v=env.v,
+            id=env.id,
+            task=env.task,
+            args=env.args,
+            kwargs=env.kwargs,
+            queue=env.queue,
+            created_at=env.created_at,
+            eta=env.eta,
+            history=history,
+            headers=env.headers,
         )
 
     def _retry(
@@ -553,7 +604,9 @@ class Worker:
         else:
             self.adapter.dead_letter(d, reason=decision.reason, body=body)
         self.counters.dead_lettered += 1
-        self.counters.by_reason[decision.reason] = self.counters.by_reason.get(decision.reason, 0) + 1
+        self.counters.by_reason[decision.reason] = (
+            self.counters.by_reason.get(decision.reason, 0) + 1
+        )
         name = task.name if task else (env.task if env else None)
         self._emit_raw("dead_lettered", d, name, reason=decision.reason, error=error)
         hook = self._hooks["dead_lettered"]
@@ -594,7 +647,10 @@ class Worker:
             log.warning(
                 "stale receipt on %s of message %s (queue %s, attempt %d): its lease had "
                 "expired and it may run again elsewhere; nothing was changed",
-                operation, d.message_id, d.queue, d.attempt,
+                operation,
+                d.message_id,
+                d.queue,
+                d.attempt,
             )
             self._emit_raw("stale", d, None, operation=operation)
 
@@ -606,10 +662,14 @@ class Worker:
         executor.shutdown(cold=True)
         for h in list(self._running.values()):
             decision = settle(
-                h.task.ack, Outcome.ABANDONED, attempt=h.delivery.attempt,
+                h.task.ack,
+                Outcome.ABANDONED,
+                attempt=h.delivery.attempt,
                 max_deliveries=h.task.max_deliveries,
             )
-            self._carry_out(decision, h.delivery, h.task, h.envelope, error=None, outcome="abandoned")
+            self._carry_out(
+                decision, h.delivery, h.task, h.envelope, error=None, outcome="abandoned"
+            )
         self._running.clear()
         self._return_buffer()
         return 1
@@ -624,15 +684,29 @@ class Worker:
             if event == "started":
                 hook(task=h.task.name, message_id=d.message_id, attempt=d.attempt, queue=d.queue)
             elif event == "succeeded":
-                hook(task=h.task.name, message_id=d.message_id, attempt=d.attempt, duration=info["duration"])
+                hook(
+                    task=h.task.name,
+                    message_id=d.message_id,
+                    attempt=d.attempt,
+                    duration=info["duration"],
+                )
             elif event == "failed":
-                hook(task=h.task.name, message_id=d.message_id, attempt=d.attempt, error=info["error"])
+                hook(
+                    task=h.task.name,
+                    message_id=d.message_id,
+                    attempt=d.attempt,
+                    error=info["error"],
+                )
 
     def _emit_raw(self, event: str, d: Delivery, task: str | None, **info: Any) -> None:
         if not self.listeners:
             return
         payload = {
-            "task": task, "message_id": d.message_id, "queue": d.queue, "attempt": d.attempt, **info,
+            "task": task,
+            "message_id": d.message_id,
+            "queue": d.queue,
+            "attempt": d.attempt,
+            **info,
         }
         for listener in self.listeners:
             listener(event, payload)
