@@ -1,0 +1,113 @@
+"""Every cell of the DESIGN §1 table, as decided by the one pure function ``settle``."""
+
+from __future__ import annotations
+
+import pytest
+
+from ackwise import (
+    Ack,
+    AckMessage,
+    DeadLetterMessage,
+    Hold,
+    LostMessage,
+    NackMessage,
+    Outcome,
+    RetryMessage,
+    settle,
+)
+
+E, L, R = Ack.EARLY, Ack.LATE, Ack.REJECT_ON_LOST
+
+# (row of §1, mode, outcome, kwargs, expected settlement)
+TABLE = [
+    # when the broker is told "done"
+    ("early: acked just before the body starts", E, Outcome.STARTING, {}, AckMessage()),
+    ("late: nothing at start", L, Outcome.STARTING, {}, Hold()),
+    ("reject_on_lost: nothing at start", R, Outcome.STARTING, {}, Hold()),
+    # task returns
+    ("early: returns, acked before run", E, Outcome.SUCCEEDED, {}, Hold()),
+    ("late: returns -> ack", L, Outcome.SUCCEEDED, {}, AckMessage()),
+    ("reject_on_lost: returns -> ack", R, Outcome.SUCCEEDED, {}, AckMessage()),
+    # task raises, retries left
+    ("early: retry published, original settled", E, Outcome.FAILED, {"retry_delay": 2.0},
+     RetryMessage(2.0, original_settled=True)),
+    ("late: retry published, then original acked", L, Outcome.FAILED, {"retry_delay": 2.0},
+     RetryMessage(2.0, original_settled=False)),
+    ("reject_on_lost: retry published, then original acked", R, Outcome.FAILED,
+     {"retry_delay": 2.0}, RetryMessage(2.0, original_settled=False)),
+    # task raises, no retries left or non-retryable
+    ("early: dead-lettered failed (copy: original acked)", E, Outcome.FAILED, {},
+     DeadLetterMessage("failed", original_settled=True)),
+    ("late: dead-lettered failed", L, Outcome.FAILED, {}, DeadLetterMessage("failed")),
+    ("reject_on_lost: dead-lettered failed", R, Outcome.FAILED, {}, DeadLetterMessage("failed")),
+    # executor dies, supervisor lives
+    ("early: executor lost -> lost", E, Outcome.EXECUTOR_LOST, {}, LostMessage("worker_lost")),
+    ("late: executor lost -> dead-lettered worker_lost", L, Outcome.EXECUTOR_LOST, {},
+     DeadLetterMessage("worker_lost")),
+    ("reject_on_lost: executor lost -> requeued", R, Outcome.EXECUTOR_LOST,
+     {"attempt": 1, "max_deliveries": 3}, NackMessage(0.0)),
+    ("reject_on_lost: executor lost on the last delivery -> dead-lettered max_deliveries", R,
+     Outcome.EXECUTOR_LOST, {"attempt": 3, "max_deliveries": 3},
+     DeadLetterMessage("max_deliveries")),
+    ("late: hard time limit -> dead-lettered time_limit", L, Outcome.EXECUTOR_LOST,
+     {"reason": "time_limit"}, DeadLetterMessage("time_limit")),
+    ("early: hard time limit -> lost", E, Outcome.EXECUTOR_LOST, {"reason": "time_limit"},
+     LostMessage("time_limit")),
+    # whole worker died: the broker redelivers; a crash loop ends at max_deliveries
+    ("early: redelivered past max_deliveries", E, Outcome.OVER_LIMIT,
+     {"attempt": 4, "max_deliveries": 3}, DeadLetterMessage("max_deliveries")),
+    ("late: redelivered past max_deliveries", L, Outcome.OVER_LIMIT,
+     {"attempt": 4, "max_deliveries": 3}, DeadLetterMessage("max_deliveries")),
+    ("reject_on_lost: redelivered past max_deliveries", R, Outcome.OVER_LIMIT,
+     {"attempt": 4, "max_deliveries": 3}, DeadLetterMessage("max_deliveries")),
+    # graceful shutdown: prefetched-unstarted returned at once
+    ("early: unstarted returned at once", E, Outcome.NOT_STARTED, {}, NackMessage(0.0)),
+    ("late: unstarted returned at once", L, Outcome.NOT_STARTED, {}, NackMessage(0.0)),
+    ("reject_on_lost: unstarted returned at once", R, Outcome.NOT_STARTED, {}, NackMessage(0.0)),
+    # grace exceeded (cold stop)
+    ("early: running at cold stop -> lost", E, Outcome.ABANDONED, {}, LostMessage("abandoned")),
+    ("late: running at cold stop -> back by lease", L, Outcome.ABANDONED, {}, Hold()),
+    ("reject_on_lost: running at cold stop -> back by lease", R, Outcome.ABANDONED, {}, Hold()),
+    # cannot be decoded / unknown task / bad envelope
+    ("decode error -> dead-lettered", L, Outcome.REJECTED, {"reason": "decode_error"},
+     DeadLetterMessage("decode_error")),
+    ("unknown task -> dead-lettered", E, Outcome.REJECTED, {"reason": "unknown_task"},
+     DeadLetterMessage("unknown_task")),
+    ("unknown envelope version -> dead-lettered", R, Outcome.REJECTED,
+     {"reason": "unknown_envelope_version"}, DeadLetterMessage("unknown_envelope_version")),
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "outcome", "kwargs", "expected"),
+    [pytest.param(m, o, k, x, id=name) for name, m, o, k, x in TABLE],
+)
+def test_settle_follows_the_semantics_table(mode, outcome, kwargs, expected):
+    args = {"attempt": 1, "max_deliveries": 5, **kwargs}
+    assert settle(mode, outcome, **args) == expected
+
+
+def test_every_mode_and_outcome_has_a_row():
+    covered = {(m, o) for _, m, o, _, _ in TABLE}
+    for outcome in Outcome:
+        if outcome is Outcome.REJECTED:
+            continue  # mode-independent: the task (and so its mode) may be unknown
+        for mode in Ack:
+            if outcome is Outcome.OVER_LIMIT or (mode, outcome) in covered:
+                continue
+            pytest.fail(f"no row of the table covers {mode} / {outcome}")
+
+
+@pytest.mark.parametrize("mode", list(Ack))
+def test_executor_loss_never_loops_past_max_deliveries(mode):
+    # Whatever the attempt, a lost executor never asks for another delivery beyond the bound.
+    for attempt in range(1, 10):
+        decision = settle(mode, Outcome.EXECUTOR_LOST, attempt=attempt, max_deliveries=3)
+        if isinstance(decision, NackMessage):
+            assert mode is Ack.REJECT_ON_LOST and attempt < 3
+
+
+def test_negative_retry_delay_is_clamped():
+    assert settle(L, Outcome.FAILED, attempt=1, max_deliveries=5, retry_delay=-1) == RetryMessage(
+        0.0, original_settled=False
+    )
