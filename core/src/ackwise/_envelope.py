@@ -25,6 +25,8 @@ ENVELOPE_VERSION = 1
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
+#: Deepest nesting of lists and dicts an argument may have (the JSON codec recurses).
+MAX_DEPTH = 200
 
 
 class Attempt(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -117,11 +119,11 @@ def check_json(task: str, path: str, value: Any) -> None:
     what the task receives.  The walk is iterative (deep values cannot hit the recursion
     limit) and builds a path string only on failure.
     """
-    # Each entry: (value, index of the parent entry in `seen`, key in the parent).
-    seen: list[tuple[Any, int, Any]] = [(value, -1, None)]
+    # Each entry: (value, index of the parent entry in `seen`, key in the parent, depth).
+    seen: list[tuple[Any, int, Any, int]] = [(value, -1, None, 0)]
     i = 0
     while i < len(seen):
-        v = seen[i][0]
+        v, _, _, depth = seen[i]
         t = type(v)
         if t is str or t is bool or v is None:
             pass
@@ -131,15 +133,18 @@ def check_json(task: str, path: str, value: Any) -> None:
         elif t is float:
             if not math.isfinite(v):
                 _fail(task, path, seen, i)
-        elif t is list or t is tuple:
-            for k, item in enumerate(v):
-                seen.append((item, i, k))
-        elif t is dict:
-            for k, item in v.items():
-                if type(k) is not str:
-                    seen.append((k, i, _KeyOf(k)))
-                    _fail(task, path, seen, len(seen) - 1)
-                seen.append((item, i, k))
+        elif t is list or t is tuple or t is dict:
+            if depth >= MAX_DEPTH:
+                _fail(task, path, seen, i, f"nested deeper than {MAX_DEPTH} levels")
+            if t is dict:
+                for k, item in v.items():
+                    if type(k) is not str:
+                        seen.append((k, i, _KeyOf(k), depth + 1))
+                        _fail(task, path, seen, len(seen) - 1)
+                    seen.append((item, i, k, depth + 1))
+            else:
+                for k, item in enumerate(v):
+                    seen.append((item, i, k, depth + 1))
         else:
             _fail(task, path, seen, i)
         i += 1
@@ -150,11 +155,13 @@ class _KeyOf:
         self.key = key
 
 
-def _fail(task: str, root: str, seen: list[tuple[Any, int, Any]], i: int) -> None:
+def _fail(
+    task: str, root: str, seen: list[tuple[Any, int, Any, int]], i: int, why: str | None = None
+) -> None:
     value = seen[i][0]
     keys: list[Any] = []
     while i > 0:
-        _, parent, key = seen[i]
+        _, parent, key, _ = seen[i]
         keys.append(key)
         i = parent
     path = root
@@ -165,7 +172,7 @@ def _fail(task: str, root: str, seen: list[tuple[Any, int, Any]], i: int) -> Non
             path += f"[{key}]"
         else:
             path += f"[{key!r}]"
-    raise NotSerializable(task, path, value)
+    raise NotSerializable(task, path, value, why)
 
 
 def now() -> float:

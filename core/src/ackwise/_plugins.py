@@ -134,7 +134,8 @@ class Plugins:
             autoload = os.environ.get("ACKWISE_DISABLE_PLUGIN_AUTOLOAD", "") in ("", "0")
         for name in filter(None, os.environ.get("ACKWISE_PLUGINS_BLOCK", "").split(",")):
             self.pm.set_blocked(name.strip())
-        if os.environ.get("ACKWISE_PLUGINS_TRACE", "") not in ("", "0"):
+        self._tracing = os.environ.get("ACKWISE_PLUGINS_TRACE", "") not in ("", "0")
+        if self._tracing:
             self.pm.trace.root.setwriter(sys.stderr.write)
             self.pm.enable_tracing()
         from ackwise import plugin as builtin
@@ -157,7 +158,10 @@ class Plugins:
     def adapters(self) -> AdapterRegistry:
         if self._registry is None:
             registry = AdapterRegistry()
+            # Called one implementation at a time so a duplicate names both plugins.
             for impl in reversed(self.pm.hook.ackwise_register_adapters.get_hookimpls()):
+                if self._tracing:
+                    sys.stderr.write(f"ackwise_register_adapters [{impl.plugin_name}]\n")
                 registry._current_plugin = impl.plugin_name
                 impl.function(registry=registry)
             registry._current_plugin = "?"

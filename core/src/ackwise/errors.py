@@ -92,17 +92,20 @@ class PublishError(AckwiseError):
 class NotSerializable(PublishError, TypeError):
     """An argument (or header) cannot be encoded as JSON."""
 
-    def __init__(self, task: str, path: str, value: Any) -> None:
+    def __init__(self, task: str, path: str, value: Any, why: str | None = None) -> None:
         self.task = task
         self.path = path
         self.type_name = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix(
             "builtins."
         )
-        super().__init__(
-            f"{task}: argument {path} of type {self.type_name} is not JSON-serializable; "
-            "expected str, int, float, bool, None, list, tuple or dict with str keys; "
-            "nothing was published"
-        )
+        if why:
+            detail = f"argument {path} of type {self.type_name} is {why}"
+        else:
+            detail = (
+                f"argument {path} of type {self.type_name} is not JSON-serializable; expected "
+                "str, int, float (finite), bool, None, list, tuple or dict with str keys"
+            )
+        super().__init__(f"{task}: {detail}; nothing was published")
 
 
 class MessageTooLarge(PublishError):

@@ -1,0 +1,191 @@
+"""The worker, run in-process (ackwise.testing) on memory:// and sqlite://."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+import ackwise
+from ackwise import Ack, App, Outgoing, QueueSpec, Retry
+from ackwise.testing import run_worker
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def app(request, tmp_path):
+    if request.param == "memory":
+        url = f"memory://{uuid.uuid4().hex}"
+    else:
+        url = f"sqlite:///{tmp_path / 'broker.db'}"
+    a = App("inproc", broker=url)
+    yield a
+    a.close()
+
+
+def _adapter(app: App, queue: str = "default"):
+    adapter = app.adapter()
+    adapter.open()
+    adapter.declare(QueueSpec(queue))
+    return adapter
+
+
+def test_tasks_run_and_the_report_says_so(app):
+    seen = []
+
+    @app.task(name="add")
+    def add(a, b):
+        seen.append(a + b)
+
+    @app.task(name="aadd")
+    async def aadd(a, b):
+        await asyncio.sleep(0)
+        seen.append(a * b)
+
+    for i in range(20):
+        add.delay(i, 1)
+    aadd.delay(3, 4)
+    with run_worker(app, concurrency=4) as w:
+        report = w.join()
+    assert sorted(seen) == sorted([i + 1 for i in range(20)] + [12])
+    assert len(report.succeeded) == 21 and not report.failed and not report.dead_lettered
+    st = _adapter(app).stats("default")
+    assert (st.ready, st.in_flight, st.dead) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"\xff\xfe not json", "decode_error"),
+        (b'{"v":1,"id":"x"}', "decode_error"),
+        (b'{"v":99,"id":"x","task":"add"}', "unknown_envelope_version"),
+        (b'{"v":1,"id":"m1","task":"no.such.task","queue":"default","created_at":1.0}', "unknown_task"),
+    ],
+)
+def test_bad_message_is_dead_lettered_with_reason_and_the_worker_keeps_going(app, body, reason):
+    ran = []
+
+    @app.task(name="add")
+    def add(a, b):
+        ran.append(a + b)
+
+    adapter = _adapter(app)
+    adapter.publish("default", [Outgoing("bad-1", body)])
+    add.delay(1, 2)
+    with run_worker(app) as w:
+        report = w.join()
+    assert ran == [3]
+    [dead] = adapter.dead_letters("default")
+    assert dead.reason == reason
+    assert dead.message_id == "bad-1" or reason == "unknown_task"
+    if reason != "unknown_task":
+        assert dead.body == body  # the body is kept as it came: nothing is lost
+    assert [e.info["reason"] for e in report.dead_lettered] == [reason]
+    st = adapter.stats("default")
+    assert (st.ready, st.in_flight, st.dead) == (0, 0, 1)
+
+
+@pytest.mark.parametrize("mode", list(Ack))
+def test_task_failing_three_times_then_succeeding_runs_four_times(app, mode):
+    calls = []
+
+    @app.task(name="flaky", ack=mode, autoretry_for=(ValueError,), max_retries=5,
+              retry_backoff=0.01, retry_backoff_max=0.05)
+    def flaky():
+        calls.append(1)
+        if len(calls) <= 3:
+            raise ValueError(f"failure {len(calls)}")
+
+    msg_id = flaky.delay()
+    with run_worker(app) as w:
+        report = w.join()
+    assert len(calls) == 4
+    assert len(report.retried) == 3 and len(report.succeeded) == 1
+    assert {e.message_id for e in report.started} == {msg_id}  # retries keep the message id
+    st = _adapter(app).stats("default")
+    assert (st.ready, st.delayed, st.in_flight, st.dead) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("mode", list(Ack))
+def test_non_retryable_error_is_dead_lettered_failed_after_one_execution(app, mode):
+    calls = []
+
+    @app.task(name="boom", ack=mode, autoretry_for=(ValueError,), dont_autoretry_for=(KeyError,))
+    def boom():
+        calls.append(1)
+        raise KeyError("not retryable")
+
+    boom.delay()
+    with run_worker(app) as w:
+        report = w.join()
+    assert len(calls) == 1
+    adapter = _adapter(app)
+    [dead] = adapter.dead_letters("default")
+    assert dead.reason == "failed"
+    env = ackwise._envelope.decode(dead.body)
+    assert env.history[-1].outcome == "failed"
+    assert "KeyError" in (env.history[-1].error or "")
+    assert "Traceback" in (env.history[-1].traceback or "")
+    assert [e.info["reason"] for e in report.dead_lettered] == ["failed"]
+    st = adapter.stats("default")
+    assert (st.ready, st.in_flight, st.dead) == (0, 0, 1)
+
+
+def test_exhausted_retries_dead_letter_with_the_whole_history(app):
+    @app.task(name="always", bind=True, max_retries=2)
+    def always(self):
+        raise self.retry(delay=0.01)
+
+    always.delay()
+    with run_worker(app) as w:
+        w.join()
+    [dead] = _adapter(app).dead_letters("default")
+    env = ackwise._envelope.decode(dead.body)
+    assert [h.outcome for h in env.history] == ["retry", "retry", "failed"]
+
+
+def test_explicit_retry_with_delay_goes_through_the_broker_delay(app):
+    calls = []
+
+    @app.task(name="later")
+    def later():
+        calls.append(1)
+        if len(calls) == 1:
+            raise Retry(delay=0.3)
+
+    later.delay()
+    with run_worker(app) as w:
+        report = w.join(include_delayed=True)
+    assert len(calls) == 2
+    assert report.retried[0].info["delay"] == 0.3
+
+
+def test_graceful_stop_returns_prefetched_messages(app):
+    import threading
+
+    release = threading.Event()
+
+    @app.task(name="hold")
+    def hold(i):
+        release.wait(10)
+
+    for i in range(5):
+        hold.delay(i)
+    w = ackwise.testing.InProcessWorker(app, concurrency=1, prefetch=5, lease=60).start()
+    adapter = _adapter(app)
+    try:
+        import time
+
+        deadline = time.monotonic() + 5
+        while adapter.stats("default").in_flight < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        w.worker.request_stop()
+        deadline = time.monotonic() + 2
+        while adapter.stats("default").ready < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert adapter.stats("default").ready == 4
+    finally:
+        release.set()
+        w.stop()
+    st = adapter.stats("default")
+    assert (st.ready, st.in_flight) == (4, 0)
