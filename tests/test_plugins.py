@@ -68,7 +68,7 @@ def test_bad_import_path_is_a_clear_error():
 
     plugins = Plugins(autoload=False)
     plugins.register(Bad(), name="bad")
-    with pytest.raises(ConfigurationError, match="from ackwise-nope.*cannot be imported"):
+    with pytest.raises(ConfigurationError, match=r"from ackwise-nope.*cannot be imported"):
         App("x", broker="nope://", plugins=plugins)
 
 

@@ -14,6 +14,7 @@ import time
 
 from ackwise import Ack, App
 
+
 def journal(event: str, **info: object) -> None:
     path = os.environ["CRASH_JOURNAL"]
     line = json.dumps({"event": event, "pid": os.getpid(), "t": time.time(), **info}) + "\n"

@@ -240,7 +240,7 @@ class App:
         **options: Any,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
-    def task(
+    def task(  # type: ignore[misc]  # the decorator-factory overload binds P, R late
         self,
         fn: Callable[P, R] | None = None,
         /,

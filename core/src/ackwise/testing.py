@@ -118,7 +118,7 @@ class InProcessWorker:
         def target() -> None:
             try:
                 self._status = self.worker.run()
-            except BaseException as exc:  # noqa: BLE001 - re-raised by join()/stop()
+            except BaseException as exc:
                 self._error = exc
 
         self._thread = threading.Thread(target=target, name="ackwise-test-worker", daemon=True)

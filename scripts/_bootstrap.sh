@@ -1,0 +1,11 @@
+# Sourced by scripts/demo and scripts/test: make sure uv exists, then install the locked
+# workspace into .venv. Needs only Python 3.11 and pip.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY=${PYTHON:-python3}
+if ! "$PY" -m uv --version >/dev/null 2>&1; then
+  echo "bootstrap: installing uv with pip" >&2
+  "$PY" -m pip install --quiet --disable-pip-version-check uv
+fi
+UV=("$PY" -m uv)
+"${UV[@]}" sync --locked --quiet
