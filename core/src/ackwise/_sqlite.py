@@ -1,0 +1,585 @@
+"""``sqlite:///path.db``: the embedded default broker, one database file shared by processes.
+
+URLs follow SQLAlchemy's convention: three slashes before a relative path, four before an
+absolute one::
+
+    sqlite:///ackwise.db                 ./ackwise.db (relative to the working directory
+                                         when the adapter is created)
+    sqlite:////var/lib/app/ackwise.db    /var/lib/app/ackwise.db
+
+Options (query string):
+
+``synchronous=normal|full`` (default ``normal``)
+    ``normal``: in WAL mode a commit is not fsync'ed; the queue survives any *process* crash
+    (SIGKILL, OOM) but the last transactions may be lost on power loss or an OS crash.
+    ``full``: every commit is fsync'ed; survives power loss, at a cost per transaction.
+``busy_timeout=SECONDS`` (default ``10``)
+    how long one operation waits for another process's write lock before raising
+    :class:`~ackwise.errors.TransientAdapterError`.
+
+The parent directory must exist; it is never created.
+
+Storage: one table, ``ackwise_messages``.  A row is ready (``state=0``; ``available_at`` is when
+it becomes due: this is the native delay), in flight (``state=1``; ``available_at`` is the lease
+deadline) or dead (``state=2``, with ``reason`` and ``dead_at``).  Receiving is one
+``UPDATE … RETURNING`` over a partial index on ``(queue, available_at) WHERE state < 2``: it takes
+ready rows that are due *and* in-flight rows whose lease has expired, which is how a dead
+worker's messages come back, with the delivery count incremented.  Every receive call draws a
+fresh random 63-bit lease token; a delivery's receipt is ``(seq, token)``, so a settlement with an
+outdated receipt matches no row and raises :class:`~ackwise.errors.StaleReceipt`.
+
+Every write runs in an explicit ``BEGIN IMMEDIATE`` transaction (the connection is in
+autocommit mode), so writers queue on the database lock instead of failing on a lock upgrade.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ackwise import (
+    Adapter,
+    AttemptCount,
+    BrokerURL,
+    Capabilities,
+    DeadLetter,
+    Delivery,
+    LeaseExtension,
+    Outgoing,
+    QueueSpec,
+    QueueStats,
+)
+from ackwise.errors import (
+    AdapterError,
+    BrokerUnavailable,
+    InvalidBrokerURL,
+    MessageTooLarge,
+    PermanentAdapterError,
+    StaleReceipt,
+    TransientAdapterError,
+)
+
+__all__ = ["SQLiteAdapter", "map_sqlite_errors"]
+
+#: Largest envelope accepted.  SQLite's own blob limit is 1e9 bytes; a task queue row of that
+#: size would stall every other worker sharing the file, so ackwise refuses above 64 MiB.
+MAX_MESSAGE_SIZE = 64 * 1024 * 1024
+
+SCHEMA_VERSION = 1
+
+READY, IN_FLIGHT, DEAD = 0, 1, 2
+
+_OPTIONS = ("busy_timeout", "synchronous")
+_SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
+
+# Largest batch of (seq, token) pairs in one statement; bigger batches use several statements
+# in the same transaction.
+_CHUNK = 512
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS ackwise_messages (
+    seq          INTEGER PRIMARY KEY,
+    queue        TEXT    NOT NULL,
+    id           TEXT    NOT NULL,
+    body         BLOB    NOT NULL,
+    state        INTEGER NOT NULL,
+    available_at REAL    NOT NULL,
+    deliveries   INTEGER NOT NULL DEFAULT 0,
+    token        INTEGER,
+    enqueued_at  REAL    NOT NULL,
+    reason       TEXT,
+    dead_at      REAL
+);
+CREATE INDEX IF NOT EXISTS ackwise_messages_receivable
+    ON ackwise_messages (queue, available_at) WHERE state < {DEAD};
+CREATE INDEX IF NOT EXISTS ackwise_messages_dead
+    ON ackwise_messages (queue, dead_at) WHERE state = {DEAD};
+CREATE TABLE IF NOT EXISTS ackwise_queues (
+    name        TEXT PRIMARY KEY,
+    declared_at REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+# Every query that should use the partial index repeats its condition (``state < 2``)
+# literally: SQLite only uses a partial index when the WHERE clause names its condition.
+_SQL_RECEIVE = f"""
+UPDATE ackwise_messages
+   SET state = {IN_FLIGHT}, available_at = ?, token = ?, deliveries = deliveries + 1
+ WHERE seq IN (SELECT seq FROM ackwise_messages
+                WHERE queue = ? AND state < {DEAD} AND available_at <= ?
+                ORDER BY available_at, seq LIMIT ?)
+RETURNING seq, id, body, deliveries
+"""
+_SQL_NEXT_DUE = f"SELECT min(available_at) FROM ackwise_messages WHERE queue = ? AND state < {DEAD}"
+_SQL_PUBLISH = (
+    "INSERT INTO ackwise_messages (queue, id, body, state, available_at, enqueued_at) "
+    f"VALUES (?, ?, ?, {READY}, ?, ?)"
+)
+_SQL_PUBLISH_DEAD = (
+    "INSERT INTO ackwise_messages "
+    "(queue, id, body, state, available_at, enqueued_at, reason, dead_at) "
+    f"VALUES (?, ?, ?, {DEAD}, ?, ?, ?, ?)"
+)
+_SQL_DECLARE = "INSERT OR IGNORE INTO ackwise_queues (name, declared_at) VALUES (?, ?)"
+_SQL_NACK = f"""
+UPDATE ackwise_messages SET state = {READY}, available_at = ?, token = NULL
+ WHERE seq = ? AND token = ? AND state = {IN_FLIGHT}
+RETURNING seq
+"""
+_SQL_DEAD_LETTER = f"""
+UPDATE ackwise_messages
+   SET state = {DEAD}, reason = ?, dead_at = ?, body = coalesce(?, body), token = NULL
+ WHERE seq = ? AND token = ? AND state = {IN_FLIGHT}
+RETURNING seq
+"""
+_SQL_STATS = f"""
+SELECT count(*) FILTER (WHERE available_at <= :now),
+       count(*) FILTER (WHERE state = {READY} AND available_at > :now),
+       count(*) FILTER (WHERE state = {IN_FLIGHT} AND available_at > :now),
+       min(enqueued_at) FILTER (WHERE available_at <= :now),
+       (SELECT count(*) FROM ackwise_messages WHERE queue = :queue AND state = {DEAD})
+  FROM ackwise_messages
+ WHERE queue = :queue AND state < {DEAD}
+"""
+_SQL_DEAD_LETTERS = f"""
+SELECT id, body, reason, dead_at, deliveries FROM ackwise_messages
+ WHERE queue = ? AND state = {DEAD}
+ ORDER BY dead_at, seq LIMIT ?
+"""
+_SQL_PURGE = f"DELETE FROM ackwise_messages WHERE queue = ? AND state < {DEAD} AND state = {READY}"
+_SQL_QUEUES = "SELECT name FROM ackwise_queues ORDER BY name"
+
+
+def _pairs(n: int) -> str:
+    return "(SELECT column1, column2 FROM (VALUES " + ",".join(["(?,?)"] * n) + "))"
+
+
+# Batches are padded to a power of two with (0, 0) pairs that match no row (seq starts at 1,
+# tokens are never 0), so only a handful of distinct statements are ever prepared.
+_SIZES = tuple(1 << i for i in range(_CHUNK.bit_length()))
+_SQL_ACK = {
+    n: f"DELETE FROM ackwise_messages WHERE state = {IN_FLIGHT} AND (seq, token) IN {_pairs(n)} "
+    "RETURNING seq, token"
+    for n in _SIZES
+}
+_SQL_EXTEND = {
+    n: f"UPDATE ackwise_messages SET available_at = ? "
+    f"WHERE state = {IN_FLIGHT} AND (seq, token) IN {_pairs(n)} RETURNING seq, token"
+    for n in _SIZES
+}
+
+# Connections inherited through fork() are never used nor closed by the child (SQLite forbids
+# both); they are kept here so that garbage collection does not close them either.
+_inherited: list[sqlite3.Connection] = []
+
+
+# -- error mapping -------------------------------------------------------------------------
+_TRANSIENT_CODES = {
+    5,  # SQLITE_BUSY
+    6,  # SQLITE_LOCKED
+    13,  # SQLITE_FULL: disk full; may succeed once space is freed
+    15,  # SQLITE_PROTOCOL
+}
+_UNAVAILABLE_CODES = {
+    10,  # SQLITE_IOERR
+    14,  # SQLITE_CANTOPEN
+}
+
+
+def _describe_path(path: str) -> str:
+    if not path:
+        return ""
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        return f" (database {path!r}: directory {directory!r} does not exist)"
+    return f" (database {path!r})"
+
+
+def translate_sqlite_error(exc: sqlite3.Error, path: str = "") -> AdapterError:
+    """Return the :mod:`ackwise.errors` exception for a driver error (not raised)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    text = str(exc)
+    lowered = text.lower()
+    where = _describe_path(path)
+    if primary in _UNAVAILABLE_CODES or (
+        primary is None and ("unable to open" in lowered or "disk i/o" in lowered)
+    ):
+        return BrokerUnavailable(f"SQLite broker unavailable: {text}{where}")
+    if primary in _TRANSIENT_CODES or (
+        primary is None and ("locked" in lowered or "busy" in lowered)
+    ):
+        return TransientAdapterError(
+            f"SQLite database busy: {text}{where}; another process held the write lock "
+            "longer than busy_timeout"
+        )
+    return PermanentAdapterError(f"SQLite error: {text}{where}")
+
+
+@contextmanager
+def map_sqlite_errors(path: str = "") -> Iterator[None]:
+    """Re-raise every :class:`sqlite3.Error` as an :mod:`ackwise.errors` one, ``from`` it.
+
+    ``database is locked`` / busy → :class:`TransientAdapterError`; I/O errors and a database
+    that cannot be opened → :class:`BrokerUnavailable` (naming the path, and the directory when
+    it is missing); corruption and everything else → :class:`PermanentAdapterError`.
+    """
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise translate_sqlite_error(exc, path) from exc
+
+
+# -- URL -----------------------------------------------------------------------------------
+def parse_sqlite_url(url: BrokerURL) -> tuple[str, str, float]:
+    """Return ``(absolute path, synchronous pragma value, busy timeout)`` for ``url``."""
+    if url.host or url.port is not None or url.username or url.password:
+        raise InvalidBrokerURL(
+            f"broker URL {url}: a sqlite URL names a file, not a host; use "
+            "'sqlite:///relative/path.db' or 'sqlite:////absolute/path.db'"
+        )
+    unknown = sorted(set(url.query) - set(_OPTIONS))
+    if unknown:
+        raise InvalidBrokerURL(
+            f"broker URL {url}: unknown sqlite option(s) {', '.join(map(repr, unknown))}; "
+            f"accepted options: {', '.join(_OPTIONS)}"
+        )
+    sync_raw = url.query.get("synchronous", "normal")
+    synchronous = _SYNCHRONOUS.get(sync_raw.lower())
+    if synchronous is None:
+        raise InvalidBrokerURL(
+            f"broker URL {url}: synchronous={sync_raw!r} is not accepted; "
+            f"use one of: {', '.join(_SYNCHRONOUS)}"
+        )
+    timeout_raw = url.query.get("busy_timeout", "10")
+    try:
+        busy_timeout = float(timeout_raw)
+    except ValueError:
+        busy_timeout = -1.0
+    if not (0 <= busy_timeout < 86_400):
+        raise InvalidBrokerURL(
+            f"broker URL {url}: busy_timeout={timeout_raw!r} must be a number of seconds "
+            "between 0 and 86400"
+        )
+    raw_path = url.path[1:] if url.path.startswith("/") else url.path
+    if not raw_path or raw_path in (":memory:",) or raw_path.endswith("/"):
+        raise InvalidBrokerURL(
+            f"broker URL {url}: no database file; use 'sqlite:///relative/path.db' or "
+            "'sqlite:////absolute/path.db' (for an in-process broker use 'memory://')"
+        )
+    return os.path.abspath(raw_path), synchronous, busy_timeout
+
+
+def _padded(deliveries: Sequence[Delivery], size: int) -> list[int]:
+    params: list[int] = []
+    for d in deliveries:
+        seq, token = d.receipt
+        params.append(seq)
+        params.append(token)
+    params.extend([0] * (2 * (size - len(deliveries))))
+    return params
+
+
+def _size_for(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
+def _chunks(deliveries: Sequence[Delivery]) -> Iterator[Sequence[Delivery]]:
+    for i in range(0, len(deliveries), _CHUNK):
+        yield deliveries[i : i + _CHUNK]
+
+
+# -- adapter -------------------------------------------------------------------------------
+class SQLiteAdapter(Adapter):
+    """Adapter for a SQLite database file shared by every worker process on one host.
+
+    Durability: the database runs in WAL mode.  With ``synchronous=normal`` (the default)
+    every committed operation survives a crash of any process, but not a power loss or an OS
+    crash (the last commits may be rolled back); use ``synchronous=full`` for that.
+    Do not put the file on a network file system: WAL needs shared memory on one host.
+    """
+
+    name = "sqlite"
+    capabilities = Capabilities(
+        native_delay=True,
+        max_delay=None,
+        lease_extension=LeaseExtension.PER_MESSAGE,
+        max_lease=None,
+        attempt_count=AttemptCount.EXACT,
+        native_dead_letter=True,
+        max_message_size=MAX_MESSAGE_SIZE,
+        multi_process=True,
+    )
+
+    def __init__(self, url: BrokerURL) -> None:
+        super().__init__(url)
+        self.path, self._synchronous, self._busy_timeout = parse_sqlite_url(url)
+        self._db: sqlite3.Connection | None = None
+        self._pid = 0
+        self._known_queues: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<SQLiteAdapter {self.path}>"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def open(self) -> None:
+        if self._db is not None and self._pid == os.getpid():
+            return
+        if self._db is not None:  # inherited through fork(): never touch the parent's handle
+            _inherited.append(self._db)
+            self._db = None
+        directory = os.path.dirname(self.path)
+        if not os.path.isdir(directory):
+            raise BrokerUnavailable(
+                f"cannot open SQLite database {self.path!r}: directory {directory!r} does not "
+                "exist (ackwise does not create it)"
+            )
+        with map_sqlite_errors(self.path):
+            db = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=64,
+            )
+            try:
+                self._setup(db)
+            except BaseException:
+                db.close()
+                raise
+        self._db = db
+        self._pid = os.getpid()
+        self._known_queues = set()
+
+    def _setup(self, db: sqlite3.Connection) -> None:
+        db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise PermanentAdapterError(
+                f"SQLite database {self.path!r} cannot use WAL journal mode (got {mode!r}); "
+                "several worker processes need it: use a local file system"
+            )
+        db.execute(f"PRAGMA synchronous = {self._synchronous}")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise PermanentAdapterError(
+                f"SQLite database {self.path!r} has ackwise schema version {version}; this "
+                f"ackwise knows version {SCHEMA_VERSION}: upgrade ackwise"
+            )
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.rollback()
+            raise
+
+    def close(self) -> None:
+        db, self._db = self._db, None
+        if db is None:
+            return
+        if self._pid != os.getpid():
+            _inherited.append(db)
+            return
+        with map_sqlite_errors(self.path):
+            db.close()
+
+    def _conn(self) -> sqlite3.Connection:
+        db = self._db
+        if db is None or self._pid != os.getpid():
+            self.open()
+            db = self._db
+            assert db is not None
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction; errors mapped, rolled back on failure."""
+        db = self._conn()
+        with map_sqlite_errors(self.path):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    try:
+                        db.rollback()
+                    except sqlite3.Error:
+                        pass
+                raise
+
+    # -- topology --------------------------------------------------------------------------
+    def declare(self, queue: QueueSpec) -> None:
+        with self._write() as db:
+            db.execute(_SQL_DECLARE, (queue.name, time.time()))
+        self._known_queues.add(queue.name)
+
+    def _remember_queue(self, db: sqlite3.Connection, queue: str, now: float) -> None:
+        if queue not in self._known_queues:
+            db.execute(_SQL_DECLARE, (queue, now))
+            self._known_queues.add(queue)
+
+    # -- producing -------------------------------------------------------------------------
+    def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        if not messages:
+            return
+        now = time.time()
+        rows: list[tuple[Any, ...]] = []
+        for m in messages:
+            if len(m.body) > MAX_MESSAGE_SIZE:
+                raise MessageTooLarge(
+                    f"message {m.id}: {len(m.body)} bytes exceeds the SQLite broker's limit of "
+                    f"{MAX_MESSAGE_SIZE}; nothing was published"
+                )
+            delay = m.delay if m.delay > 0 else 0.0
+            if delay:
+                self.check_delay(delay)
+            rows.append((queue, m.id, m.body, now + delay, now))
+        with self._write() as db:
+            self._remember_queue(db, queue, now)
+            db.executemany(_SQL_PUBLISH, rows)
+
+    def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
+        if not messages:
+            return
+        now = time.time()
+        rows = [(queue, m.id, m.body, now, now, reason, now) for m in messages]
+        with self._write() as db:
+            self._remember_queue(db, queue, now)
+            db.executemany(_SQL_PUBLISH_DEAD, rows)
+
+    # -- consuming -------------------------------------------------------------------------
+    def _take(self, queue: str, max_messages: int, lease: float) -> list[Delivery]:
+        token = secrets.randbits(63) or 1
+        with self._write() as db:
+            now = time.time()
+            deadline = now + lease
+            rows = db.execute(_SQL_RECEIVE, (deadline, token, queue, now, max_messages)).fetchall()
+        rows.sort()  # RETURNING order is unspecified; seq is publication order
+        return [
+            Delivery(queue, id_, body, (seq, token), deliveries, deadline)
+            for seq, id_, body, deliveries in rows
+        ]
+
+    def _next_due(self, queue: str) -> float | None:
+        db = self._conn()
+        with map_sqlite_errors(self.path):
+            due: float | None = db.execute(_SQL_NEXT_DUE, (queue,)).fetchone()[0]
+        return due
+
+    def receive(
+        self, queue: str, *, max_messages: int, wait: float, lease: float
+    ) -> Sequence[Delivery]:
+        if max_messages < 1:
+            return []
+        out = self._take(queue, max_messages, lease)
+        if out or wait <= 0:
+            return out
+        end = time.monotonic() + wait
+        pause = 0.002
+        while True:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return []
+            # Poll with a read (no write lock) and take only when something is due.
+            due = self._next_due(queue)
+            now = time.time()
+            if due is not None and due <= now:
+                out = self._take(queue, max_messages, lease)
+                if out:
+                    return out
+            sleep = min(pause, remaining)
+            if due is not None and due > now:
+                sleep = min(sleep, due - now)
+            time.sleep(max(sleep, 0.0005))
+            pause = min(pause * 2, 0.05)
+
+    def _settle_batch(
+        self,
+        statements: dict[int, str],
+        deliveries: Sequence[Delivery],
+        prefix: tuple[Any, ...],
+        operation: str,
+    ) -> None:
+        if not deliveries:
+            return
+        done: set[tuple[int, int]] = set()
+        with self._write() as db:
+            for chunk in _chunks(deliveries):
+                size = _size_for(len(chunk))
+                params = [*prefix, *_padded(chunk, size)]
+                done.update(db.execute(statements[size], params).fetchall())
+        if len(done) < len(deliveries):
+            stale = [d for d in deliveries if tuple(d.receipt) not in done]
+            if stale:
+                raise StaleReceipt(stale, operation)
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        self._settle_batch(_SQL_ACK, deliveries, (), "ack")
+
+    def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
+        self._settle_batch(_SQL_EXTEND, deliveries, (time.time() + lease,), "extend")
+
+    def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
+        delay = delay if delay > 0 else 0.0
+        if delay:
+            self.check_delay(delay)
+        seq, token = delivery.receipt
+        with self._write() as db:
+            row = db.execute(_SQL_NACK, (time.time() + delay, seq, token)).fetchone()
+        if row is None:
+            raise StaleReceipt([delivery], "nack")
+
+    def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
+        seq, token = delivery.receipt
+        with self._write() as db:
+            row = db.execute(_SQL_DEAD_LETTER, (reason, time.time(), body, seq, token)).fetchone()
+        if row is None:
+            raise StaleReceipt([delivery], "dead_letter")
+
+    # -- inspection ------------------------------------------------------------------------
+    def stats(self, queue: str) -> QueueStats:
+        db = self._conn()
+        now = time.time()
+        with map_sqlite_errors(self.path):
+            ready, delayed, in_flight, oldest, dead = db.execute(
+                _SQL_STATS, {"now": now, "queue": queue}
+            ).fetchone()
+        return QueueStats(
+            queue,
+            ready=ready,
+            delayed=delayed,
+            in_flight=in_flight,
+            dead=dead,
+            oldest_age=max(0.0, now - oldest) if oldest is not None else 0.0,
+        )
+
+    def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
+        db = self._conn()
+        with map_sqlite_errors(self.path):
+            rows = db.execute(_SQL_DEAD_LETTERS, (queue, limit)).fetchall()
+        return [
+            DeadLetter(queue, id_, body, reason, dead_at, deliveries)
+            for id_, body, reason, dead_at, deliveries in rows
+        ]
+
+    def purge(self, queue: str) -> int:
+        with self._write() as db:
+            count: int = db.execute(_SQL_PURGE, (queue,)).rowcount
+        return count
+
+    def queues(self) -> Sequence[str]:
+        db = self._conn()
+        with map_sqlite_errors(self.path):
+            return [name for (name,) in db.execute(_SQL_QUEUES)]
