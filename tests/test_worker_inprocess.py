@@ -189,3 +189,44 @@ def test_graceful_stop_returns_prefetched_messages(app):
         w.stop()
     st = adapter.stats("default")
     assert (st.ready, st.in_flight) == (4, 0)
+
+
+def test_message_redelivered_past_max_deliveries_is_dead_lettered_without_running(app):
+    """A task that kills its whole worker every time: the count ends the loop (C15)."""
+    ran = []
+
+    @app.task(name="crashy", max_deliveries=3)
+    def crashy():
+        ran.append(1)
+
+    crashy.delay()
+    adapter = _adapter(app)
+    # Three deliveries whose worker "died": leased, never settled, lease expired.
+    import time
+
+    for expected in (1, 2, 3):
+        deadline = time.monotonic() + 5
+        got = []
+        while not got and time.monotonic() < deadline:
+            got = adapter.receive("default", max_messages=1, wait=0.1, lease=0.05)
+        assert [d.attempt for d in got] == [expected]
+        time.sleep(0.06)
+    with run_worker(app) as w:
+        report = w.join()
+    assert ran == []
+    [dead] = adapter.dead_letters("default")
+    assert dead.reason == "max_deliveries"
+    assert [e.info["reason"] for e in report.dead_lettered] == ["max_deliveries"]
+
+
+def test_worker_refuses_impossible_configuration(app):
+    from ackwise.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="--pool must be one of"):
+        ackwise.Worker(app, ackwise.WorkerConfig(pool="gevent"))
+    with pytest.raises(ConfigurationError, match="--lease must be > 0"):
+        ackwise.Worker(app, ackwise.WorkerConfig(pool="threads", lease=0))
+    with pytest.raises(ConfigurationError, match="prefork needs the app's import path"):
+        ackwise.Worker(app, ackwise.WorkerConfig(pool="prefork"))
+    with pytest.raises(ConfigurationError, match="solo runs one task at a time"):
+        ackwise.Worker(app, ackwise.WorkerConfig(pool="solo", concurrency=4))
