@@ -17,8 +17,12 @@ HERE = Path(__file__).parent
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ackwise", *args], capture_output=True, text=True, cwd=HERE,
-        env={**os.environ, **(env or {})}, timeout=60,
+        [sys.executable, "-m", "ackwise", *args],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        env={**os.environ, **(env or {})},
+        timeout=60,
     )
 
 
@@ -41,7 +45,11 @@ def test_stats_prints_a_table_and_json(tmp_path):
     out = _run("stats", "--broker", url, "--json")
     assert out.returncode == 0, out.stderr
     rows = {r["queue"]: r for r in json.loads(out.stdout)["queues"]}
-    assert (rows["default"]["ready"], rows["default"]["delayed"], rows["default"]["dead"]) == (2, 1, 1)
+    assert (rows["default"]["ready"], rows["default"]["delayed"], rows["default"]["dead"]) == (
+        2,
+        1,
+        1,
+    )
     assert rows["other"]["ready"] == 0
     table = _run("stats", "--broker", url, "-Q", "default")
     assert table.returncode == 0

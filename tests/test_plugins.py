@@ -81,7 +81,10 @@ def test_environment_switches(monkeypatch):
     assert plugins.names() == ["ackwise"]
     code = "import ackwise; ackwise.Plugins().adapters.schemes()"
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
         env={**__import__("os").environ, "ACKWISE_PLUGINS_TRACE": "1"},
     )
     assert "ackwise_register_adapters" in out.stderr
@@ -137,7 +140,9 @@ def test_every_hookspec_is_documented():
 def test_cli_lists_adapters_with_capabilities():
     out = subprocess.run(
         [sys.executable, "-m", "ackwise", "adapters", "--json"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     data = {item["scheme"]: item for item in json.loads(out.stdout)}
     assert set(data) >= {"memory", "sqlite"}

@@ -122,7 +122,9 @@ def test_aware_eta_and_countdown_become_native_delays(app):
     assert (st.ready, st.delayed) == (1, 2)
 
 
-def test_unknown_scheme_is_an_error_listing_installed_schemes_and_never_falls_back(tmp_path, monkeypatch):
+def test_unknown_scheme_is_an_error_listing_installed_schemes_and_never_falls_back(
+    tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UnknownBrokerScheme) as info:
         App("x", broker="redis://localhost:6379/0")
@@ -177,7 +179,9 @@ def test_bad_task_options_are_configuration_errors(app):
 def test_oversize_payload_is_refused_before_any_io(app, monkeypatch):
     caps = app.adapter_class.capabilities
     monkeypatch.setattr(
-        app.adapter_class, "capabilities", ackwise.Capabilities(**{**vars(caps), "max_message_size": 1000})
+        app.adapter_class,
+        "capabilities",
+        ackwise.Capabilities(**{**vars(caps), "max_message_size": 1000}),
     )
 
     @app.task(name="t")
@@ -193,7 +197,13 @@ def test_envelope_round_trip_and_version():
     from ackwise import _envelope
 
     env = _envelope.Envelope(
-        v=1, id="i", task="t", args=[1, "a"], kwargs={"k": [1.5]}, queue="q", created_at=1.0,
+        v=1,
+        id="i",
+        task="t",
+        args=[1, "a"],
+        kwargs={"k": [1.5]},
+        queue="q",
+        created_at=1.0,
         headers={"h": 1},
     )
     body = _envelope.encode(env)

@@ -59,7 +59,10 @@ def test_tasks_run_and_the_report_says_so(app):
         (b"\xff\xfe not json", "decode_error"),
         (b'{"v":1,"id":"x"}', "decode_error"),
         (b'{"v":99,"id":"x","task":"add"}', "unknown_envelope_version"),
-        (b'{"v":1,"id":"m1","task":"no.such.task","queue":"default","created_at":1.0}', "unknown_task"),
+        (
+            b'{"v":1,"id":"m1","task":"no.such.task","queue":"default","created_at":1.0}',
+            "unknown_task",
+        ),
     ],
 )
 def test_bad_message_is_dead_lettered_with_reason_and_the_worker_keeps_going(app, body, reason):
@@ -89,8 +92,14 @@ def test_bad_message_is_dead_lettered_with_reason_and_the_worker_keeps_going(app
 def test_task_failing_three_times_then_succeeding_runs_four_times(app, mode):
     calls = []
 
-    @app.task(name="flaky", ack=mode, autoretry_for=(ValueError,), max_retries=5,
-              retry_backoff=0.01, retry_backoff_max=0.05)
+    @app.task(
+        name="flaky",
+        ack=mode,
+        autoretry_for=(ValueError,),
+        max_retries=5,
+        retry_backoff=0.01,
+        retry_backoff_max=0.05,
+    )
     def flaky():
         calls.append(1)
         if len(calls) <= 3:

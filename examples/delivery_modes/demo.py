@@ -74,13 +74,29 @@ class Demo:
     def start_worker(self, name: str) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ackwise", "worker", "tasks:app", "--pool", "prefork",
-             "-c", "3", "--lease", str(LEASE), "--grace", "10"],
-            cwd=HERE, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "ackwise",
+                "worker",
+                "tasks:app",
+                "--pool",
+                "prefork",
+                "-c",
+                "3",
+                "--lease",
+                str(LEASE),
+                "--grace",
+                "10",
+            ],
+            cwd=HERE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         self.workers.append(proc)
-        eventually(lambda: "ready:" in (self.workdir / f"{name}.log").read_text(), 60,
-                   f"{name} to start")
+        eventually(
+            lambda: "ready:" in (self.workdir / f"{name}.log").read_text(), 60, f"{name} to start"
+        )
         say(f"  started {name} (pid {proc.pid}): prefork, 3 executor processes, lease {LEASE:.0f}s")
         return proc
 
@@ -102,7 +118,8 @@ class Demo:
             self.send(mode, "executor killed", victim=True)
             start = eventually(
                 lambda m=mode: self.records(event="start", mode=m, label="executor killed"),
-                30, f"the {mode} victim to start",
+                30,
+                f"the {mode} victim to start",
             )[0]
             os.kill(start["pid"], signal.SIGKILL)
             say(f"  {mode:<15} killed executor pid {start['pid']} mid-task")
@@ -111,15 +128,19 @@ class Demo:
         say("\n2. SIGKILL the whole worker while it runs a task; start another worker.")
         for mode in MODES:
             self.send(mode, "worker killed", victim=True)
-        eventually(lambda: len(self.records(event="start", label="worker killed")) >= 3, 30,
-                   "the victims to start")
+        eventually(
+            lambda: len(self.records(event="start", label="worker killed")) >= 3,
+            30,
+            "the victims to start",
+        )
         w1.send_signal(signal.SIGKILL)
         w1.wait()
         say(f"  killed worker-1 (pid {w1.pid}) with 3 tasks running")
         w2 = self.start_worker("worker-2")
         say(f"  waiting for the dead worker's leases ({LEASE:.0f}s) to expire...")
         eventually(
-            lambda: len(self.records(event="end", label="worker killed")) >= 2, 30,
+            lambda: len(self.records(event="end", label="worker killed")) >= 2,
+            30,
             "the redeliveries",
         )
         time.sleep(LEASE + 1.0)  # long enough for an (incorrect) early redelivery to show
@@ -134,7 +155,8 @@ class Demo:
         starts = self.records(event="start", mode=mode, label=label)
         ends = self.records(event="end", mode=mode, label=label)
         dead = [
-            d for d in self.adapter.dead_letters("default", limit=1000)
+            d
+            for d in self.adapter.dead_letters("default", limit=1000)
             if json.loads(d.body).get("task") == f"demo.work.{mode}"
             and json.loads(d.body)["args"][0] == label
         ]

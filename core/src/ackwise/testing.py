@@ -98,8 +98,13 @@ class InProcessWorker:
         self.worker = Worker(
             app,
             WorkerConfig(
-                queues=queues, concurrency=concurrency, pool="threads", lease=lease,
-                prefetch=prefetch, poll=0.05, grace=30.0,
+                queues=queues,
+                concurrency=concurrency,
+                pool="threads",
+                lease=lease,
+                prefetch=prefetch,
+                poll=0.05,
+                grace=30.0,
             ),
             listeners=[self._record],
         )
@@ -108,7 +113,9 @@ class InProcessWorker:
         self._error: BaseException | None = None
 
     def _record(self, kind: str, info: dict[str, Any]) -> None:
-        extra = {k: v for k, v in info.items() if k not in ("task", "message_id", "queue", "attempt")}
+        extra = {
+            k: v for k, v in info.items() if k not in ("task", "message_id", "queue", "attempt")
+        }
         with self._lock:
             self.report.events.append(
                 Event(kind, info["task"], info["message_id"], info["queue"], info["attempt"], extra)
@@ -148,18 +155,20 @@ class InProcessWorker:
                 self._raise()
                 stats = [adapter.stats(q) for q in self.worker.config.queues]
                 pending = [
-                    s for s in stats
-                    if s.ready or s.in_flight or (include_delayed and s.delayed)
+                    s for s in stats if s.ready or s.in_flight or (include_delayed and s.delayed)
                 ]
                 if not pending and self.worker.held == 0:
                     # Settle-then-check: a second look after a beat closes the gap between
                     # a completion and its settlement.
                     time.sleep(0.02)
                     stats = [adapter.stats(q) for q in self.worker.config.queues]
-                    if all(
-                        not (s.ready or s.in_flight or (include_delayed and s.delayed))
-                        for s in stats
-                    ) and self.worker.held == 0:
+                    if (
+                        all(
+                            not (s.ready or s.in_flight or (include_delayed and s.delayed))
+                            for s in stats
+                        )
+                        and self.worker.held == 0
+                    ):
                         return self.report
                 if time.monotonic() >= deadline:
                     raise TimeoutError(
