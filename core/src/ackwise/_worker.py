@@ -206,6 +206,11 @@ class Worker:
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
 
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop was requested."""
+        return self._stop_requested > 0
+
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
 

@@ -184,8 +184,9 @@ class InProcessWorker:
             adapter.close()
 
     def stop(self, timeout: float = 30.0) -> int | None:
-        """Stop gracefully and wait for the worker thread."""
-        self.worker.request_stop()
+        """Stop gracefully (unless a stop is under way already) and wait for the worker thread."""
+        if not self.worker.stopping:
+            self.worker.request_stop()
         if self._thread is not None:
             self._thread.join(timeout)
         self._raise()
