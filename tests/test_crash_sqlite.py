@@ -8,9 +8,12 @@ own stats against the contract.
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -242,3 +245,49 @@ def test_grace_exceeded_stops_cold(env, mode):
     eventually(lambda: env.stats().in_flight == 0, 5)
     st = env.stats()
     assert (st.ready, st.dead) == (0, 0)
+
+
+@pytest.mark.parametrize("mode", ["early", "late", "reject_on_lost"])
+def test_random_kills_during_a_drain_keep_the_mode_contract(env, mode):
+    """Workers and executor children SIGKILLed at random while 400 tasks drain (C03/C04 mixed)."""
+    s = SUFFIX[mode]
+    rng = random.Random(1234)
+    keys = [f"r{i}" for i in range(400)]
+    env.app.send_many([env.app.tasks[f"sleep_{s}"].s(k, 0.01) for k in keys])
+    args = ("--pool", "prefork", "-c", "2", "--lease", "1", "--prefetch", "4")
+    workers = [env.worker(*args) for _ in range(2)]
+    for _ in range(6):
+        eventually(lambda: len(env.journal.lines(event="start")) > 0, 10)
+        victim = rng.choice(workers)
+        starts = env.journal.lines(event="start")
+        if rng.random() < 0.5 and starts:
+            # an executor child of any worker: the most recent starter
+            try:
+                os.kill(int(starts[-1]["pid"]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            victim.signal(signal.SIGKILL)
+            victim.wait()
+            workers.remove(victim)
+            workers.append(env.worker(*args))
+        time.sleep(0.3)
+    eventually(lambda: (lambda st: st.ready == st.in_flight == st.delayed == 0)(env.stats()), 60)
+    ended = {r["key"] for r in env.journal.lines(event="end")}
+    started = [r["key"] for r in env.journal.lines(event="start")]
+    dead = {crashapp_key(d.body) for d in env.adapter.dead_letters("default", limit=1000)}
+    if mode == "early":
+        assert len(started) == len(set(started)), "an early task ran twice"
+    else:
+        # At least once: every message completed, or was dead-lettered with a reason
+        # (LATE: worker_lost when its executor was killed; nothing is silently dropped).
+        missing = set(keys) - ended - dead
+        assert not missing, f"lost: {sorted(missing)[:10]}"
+        if mode == "reject_on_lost":
+            assert set(keys) <= ended or all(
+                d.reason == "max_deliveries" for d in env.adapter.dead_letters("default")
+            )
+
+
+def crashapp_key(body: bytes) -> str:
+    return json.loads(body)["args"][0]
