@@ -90,6 +90,21 @@ def test_environment_switches(monkeypatch):
     assert "ackwise_register_adapters" in out.stderr
 
 
+def test_plugins_named_in_the_environment_are_registered(monkeypatch, tmp_path):
+    (tmp_path / "extra_plugin_xyz.py").write_text(
+        "from ackwise import hookimpl\n"
+        "@hookimpl\n"
+        "def ackwise_register_adapters(registry):\n"
+        "    registry.add('extra', 'ackwise._memory:MemoryAdapter', distribution='extra')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("ACKWISE_PLUGINS", "extra_plugin_xyz")
+    assert "extra" in Plugins(autoload=False).adapters.schemes()
+    monkeypatch.setenv("ACKWISE_PLUGINS", "no_such_plugin_xyz")
+    with pytest.raises(ConfigurationError, match="ACKWISE_PLUGINS names 'no_such_plugin_xyz'"):
+        Plugins(autoload=False)
+
+
 def test_lifecycle_hooks_reach_plugins_and_cost_nothing_when_absent():
     events = []
 

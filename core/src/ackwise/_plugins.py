@@ -11,6 +11,9 @@ Environment switches:
     never load these entry-point names.
 ``ACKWISE_PLUGINS_TRACE=1``
     print every hook call to standard error.
+``ACKWISE_PLUGINS=module1,module2``
+    also register these importable modules as plugins (loaded even without autoload; handy
+    for worker processes of a test suite, like ``PYTEST_PLUGINS``).
 """
 
 from __future__ import annotations
@@ -145,6 +148,17 @@ class Plugins:
             self.pm.register(builtin, name="ackwise")
         if autoload:
             self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        for module_name in filter(None, os.environ.get("ACKWISE_PLUGINS", "").split(",")):
+            module_name = module_name.strip()
+            if self.pm.get_plugin(module_name) is not None or self.pm.is_blocked(module_name):
+                continue
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise ConfigurationError(
+                    f"ACKWISE_PLUGINS names {module_name!r}, which cannot be imported: {exc}"
+                ) from exc
+            self.pm.register(module, name=module_name)
         self.pm.check_pending()
         self._registry: AdapterRegistry | None = None
 
