@@ -1,0 +1,412 @@
+"""The harness a crash scenario drives: a broker, a queue, worker processes, a journal.
+
+One :class:`Harness` serves one (scenario, mode) case.  It publishes journalled tasks, starts
+real ``ackwise worker`` processes (or, for the in-process memory broker, in-process workers),
+injects faults at barriers, and reads the broker's own view for the checker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ackwise import Ack, Adapter, App, DeadLetter, QueueSpec, QueueStats, open_adapter
+from ackwise.errors import AdapterError
+from ackwise.testing import InProcessWorker
+from ackwise_conformance.helpers import eventually
+from ackwise_conformance.journal import Journal
+from ackwise_conformance.workload import build_app, task_name
+
+__all__ = [
+    "Broker",
+    "Harness",
+    "NotApplicable",
+    "Pending",
+    "ScenarioFailed",
+    "WorkerHandle",
+]
+
+
+class NotApplicable(Exception):
+    """The scenario cannot be expressed on this adapter (the reason names the capability)."""
+
+
+class Pending(Exception):
+    """The scenario needs a part of ackwise that is not built yet."""
+
+
+class ScenarioFailed(AssertionError):
+    """The adapter broke the contract; the message says which message, expected, happened."""
+
+
+class Broker(Protocol):
+    """What a scenario needs to know about the broker under test."""
+
+    name: str
+    url: str
+    host: str | None
+    port: int | None
+
+    def url_via(self, host: str, port: int) -> str: ...
+
+    def restart(self) -> None: ...
+
+
+@dataclass
+class SimpleBroker:
+    """A broker given by URL only (no proxying, no restart)."""
+
+    url: str
+    name: str = ""
+    host: str | None = None
+    port: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            self.name = self.url.split("://", 1)[0]
+
+    def url_via(self, host: str, port: int) -> str:
+        raise NotApplicable(f"broker {self.name}: no network address to put a proxy in front of")
+
+    def restart(self) -> None:
+        raise NotApplicable(f"broker {self.name}: the suite does not own a broker process")
+
+
+class WorkerHandle:
+    """One ``ackwise worker`` process (or an in-process worker for the memory broker)."""
+
+    def __init__(
+        self,
+        harness: Harness,
+        index: int,
+        args: Sequence[str],
+        env: dict[str, str],
+        *,
+        in_process: InProcessWorker | None = None,
+    ) -> None:
+        self.harness = harness
+        self.index = index
+        self.log = harness.workdir / f"worker-{index}.log"
+        self.in_process = in_process
+        self.proc: subprocess.Popen[bytes] | None = None
+        if in_process is None:
+            with open(self.log, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "ackwise",
+                        "worker",
+                        "ackwise_conformance.workload:app",
+                        *args,
+                    ],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            return os.getpid()
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def wait_ready(self, timeout: float) -> WorkerHandle:
+        if self.proc is None:
+            return self
+        eventually(
+            lambda: "ready:" in self.output() or self.proc is None or self.proc.poll() is not None,
+            timeout,
+            description=f"worker {self.index} to start",
+        )
+        if self.proc.poll() is not None:
+            raise ScenarioFailed(f"worker {self.index} exited at start:\n{self.output()[-3000:]}")
+        return self
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None if self.proc is not None else True
+
+    def signal(self, sig: int) -> None:
+        if self.proc is None:
+            raise NotApplicable("signals need worker processes")
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (its executor children die with it) and reap it."""
+        self.signal(signal.SIGKILL)
+        self.wait(10)
+
+    def terminate(self) -> None:
+        """SIGTERM: a graceful stop."""
+        if self.in_process is not None:
+            self.in_process.worker.request_stop()
+            return
+        self.signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int | None:
+        if self.in_process is not None:
+            return self.in_process.stop(timeout)
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise ScenarioFailed(
+                f"worker {self.index} did not exit within {timeout:.1f}s:\n{self.output()[-3000:]}"
+            ) from None
+
+    def close(self) -> None:
+        if self.in_process is not None:
+            if self.in_process.worker.stopping:
+                self.in_process.stop(30)
+            else:
+                self.in_process.stop(30)
+            return
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+
+
+class Harness:
+    """Everything one (scenario, mode) case needs."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        mode: Ack | None,
+        workdir: Path,
+        *,
+        time_scale: float = 1.0,
+        multi_process: bool | None = None,
+    ) -> None:
+        self.broker = broker
+        self.mode = mode or Ack.LATE
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.scale = time_scale
+        self.lease = 1.0 * time_scale
+        self.queue = f"conformance-{uuid.uuid4().hex[:12]}"
+        self.journal = Journal(workdir / "journal.jsonl")
+        self.gates = workdir / "gates"
+        self.gates.mkdir(exist_ok=True)
+        self.adapter: Adapter = open_adapter(broker.url)
+        self.adapter.open()
+        self.adapter.declare(QueueSpec(self.queue, max_deliveries=3))
+        caps = self.adapter.capabilities
+        self.capabilities = caps
+        self.multi_process = caps.multi_process if multi_process is None else multi_process
+        self._env = {
+            **os.environ,
+            "ACKWISE_BROKER_URL": broker.url,
+            "ACKWISE_CONFORMANCE_JOURNAL": str(self.journal.path),
+            "ACKWISE_CONFORMANCE_GATES": str(self.gates),
+            "ACKWISE_LOGLEVEL": os.environ.get("ACKWISE_CONFORMANCE_LOGLEVEL", "INFO"),
+        }
+        os.environ["ACKWISE_CONFORMANCE_JOURNAL"] = str(self.journal.path)
+        os.environ["ACKWISE_CONFORMANCE_GATES"] = str(self.gates)
+        self.app: App = build_app(broker.url)
+        self.workers: list[WorkerHandle] = []
+        self._published: dict[str, str] = {}  # message id -> key
+
+    # -- time ------------------------------------------------------------------------------
+    def t(self, seconds: float) -> float:
+        """``seconds`` scaled by the suite's time scale."""
+        return seconds * self.scale
+
+    @property
+    def patience(self) -> float:
+        return 30.0 * self.scale
+
+    # -- requirements ----------------------------------------------------------------------
+    def require_processes(self, why: str = "worker processes") -> None:
+        if not self.multi_process:
+            raise NotApplicable(
+                f"needs {why}: the {self.broker.name} broker lives in one process "
+                "(capability multi_process=False)"
+            )
+
+    # -- publishing ------------------------------------------------------------------------
+    @property
+    def task(self) -> Any:
+        return self.app.tasks[task_name(self.mode)]
+
+    def publish(
+        self,
+        keys: Sequence[str],
+        plan: dict[str, Any] | None = None,
+        *,
+        countdown: float | None = None,
+        mode: Ack | None = None,
+    ) -> list[str]:
+        """Publish one task per key (one batch), journalling invoke / ok / failed."""
+        task = self.app.tasks[task_name(mode or self.mode)]
+        options: dict[str, Any] = {"queue": self.queue}
+        if countdown is not None:
+            options["countdown"] = countdown
+        calls = []
+        for key in keys:
+            sig = task.s(key, plan or {})
+            calls.append(type(sig)(sig.task, sig.args, sig.kwargs, options))
+        self.journal.write("publish-invoke", keys=list(keys))
+        try:
+            ids = self.app.send_many(calls)
+        except AdapterError as exc:
+            kind = "publish-indeterminate" if exc.transient else "publish-failed"
+            self.journal.write(kind, keys=list(keys), error=str(exc))
+            raise
+        except Exception as exc:
+            self.journal.write("publish-failed", keys=list(keys), error=str(exc))
+            raise
+        for key, mid in zip(keys, ids, strict=True):
+            self._published[mid] = key
+        self.journal.write("publish-ok", ids=ids, keys=list(keys))
+        return ids
+
+    @property
+    def published(self) -> dict[str, str]:
+        return dict(self._published)
+
+    # -- workers ---------------------------------------------------------------------------
+    def worker(
+        self,
+        *,
+        pool: str = "prefork",
+        concurrency: int = 1,
+        prefetch: int | None = None,
+        lease: float | None = None,
+        grace: float | None = None,
+        url: str | None = None,
+        wait_ready: bool = True,
+    ) -> WorkerHandle:
+        """Start a worker on the case's queue."""
+        lease = self.lease if lease is None else lease
+        index = len(self.workers)
+        if not self.multi_process:
+            if url is not None:
+                raise NotApplicable("an in-process broker cannot be reached through a proxy")
+            app = build_app(self.broker.url)
+            ipw = InProcessWorker(
+                app,
+                queues=[self.queue],
+                concurrency=concurrency,
+                lease=lease,
+                prefetch=prefetch or 0,
+            ).start()
+            handle = WorkerHandle(self, index, [], {}, in_process=ipw)
+            self.workers.append(handle)
+            return handle
+        args = ["-Q", self.queue, "--pool", pool, "-c", str(concurrency), "--lease", str(lease)]
+        if prefetch is not None:
+            args += ["--prefetch", str(prefetch)]
+        if grace is not None:
+            args += ["--grace", str(grace)]
+        env = dict(self._env)
+        if url is not None:
+            env["ACKWISE_BROKER_URL"] = url
+        handle = WorkerHandle(self, index, args, env)
+        self.workers.append(handle)
+        if wait_ready:
+            handle.wait_ready(self.patience * 2)
+        return handle
+
+    # -- barriers --------------------------------------------------------------------------
+    def open_gate(self, name: str) -> None:
+        (self.gates / name).touch()
+
+    def wait_for(
+        self, event: str, *, count: int = 1, timeout: float | None = None, **match: Any
+    ) -> list[dict[str, Any]]:
+        """Wait until the journal holds ``count`` records of ``event`` matching ``match``."""
+
+        def enough() -> list[dict[str, Any]]:
+            recs = self.journal.records(ev=event, **match)
+            return recs if len(recs) >= count else []
+
+        return eventually(
+            enough,
+            self.patience if timeout is None else timeout,
+            description=f"{count} journal record(s) {event} {match}",
+        )
+
+    def kill_pid(self, pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    # -- the broker's view -----------------------------------------------------------------
+    def stats(self) -> QueueStats:
+        return self.adapter.stats(self.queue)
+
+    def dead_letters(self) -> list[DeadLetter]:
+        return list(self.adapter.dead_letters(self.queue, limit=10_000))
+
+    def settled(self, *, delayed: bool = True) -> bool:
+        st = self.stats()
+        return st.ready == 0 and st.in_flight == 0 and (not delayed or st.delayed == 0)
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Wait until nothing is ready, delayed or in flight on the case's queue."""
+        eventually(
+            self.settled,
+            self.patience * 2 if timeout is None else timeout,
+            description=f"queue {self.queue} to drain (stats: {self.stats()})",
+        )
+
+    def quiet(self, seconds: float) -> None:
+        """Let ``seconds`` pass so that anything that should not happen has had its chance."""
+        time.sleep(seconds)
+
+    # -- checking --------------------------------------------------------------------------
+    def history(self) -> Any:
+        from ackwise_conformance.checker import History
+
+        return History.build(self)
+
+    # -- cleanup ---------------------------------------------------------------------------
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                w.close()
+            except Exception:
+                pass
+        try:
+            self.adapter.purge(self.queue)
+        except AdapterError:
+            pass
+        try:
+            self.adapter.close()
+        finally:
+            self.app.close()
+
+
+def expect(condition: object, message: str, harness: Harness | None = None, *ids: str) -> None:
+    """Raise :class:`ScenarioFailed` with ``message`` (and the journal lines of ``ids``)."""
+    if condition:
+        return
+    details = ""
+    if harness is not None:
+        for mid in ids:
+            lines = harness.journal.lines_for(mid)
+            details += f"\n  journal of {mid}:\n    " + "\n    ".join(lines or ["(nothing)"])
+    raise ScenarioFailed(message + details)
+
+
+Check = Callable[[Harness], None]

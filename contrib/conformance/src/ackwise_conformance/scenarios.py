@@ -1,0 +1,730 @@
+"""The crash-scenario catalogue (CONFORMANCE.md), one function per scenario.
+
+Each scenario drives a :class:`~ackwise_conformance.harness.Harness` for one delivery mode and
+raises :class:`ScenarioFailed` when the adapter breaks the contract of DESIGN §1,
+:class:`NotApplicable` when the adapter cannot express it (naming the missing capability) and
+:class:`Pending` when it needs a part of ackwise that is not built yet.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ackwise import Ack, Outgoing
+from ackwise.errors import MessageTooLarge, NotSerializable, PublishError
+from ackwise_conformance.harness import (
+    Broker,
+    Harness,
+    NotApplicable,
+    Pending,
+    ScenarioFailed,
+    WorkerHandle,
+    expect,
+)
+from ackwise_conformance.helpers import eventually
+from ackwise_conformance.workload import BACKOFF, BACKOFF_MAX, MAX_DELIVERIES
+
+__all__ = ["SCENARIOS", "CaseResult", "Scenario", "cases", "run_case"]
+
+EARLY, LATE, ROL = Ack.EARLY, Ack.LATE, Ack.REJECT_ON_LOST
+ALL = (EARLY, LATE, ROL)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str
+    title: str
+    fn: Callable[[Harness], None]
+    #: Modes the scenario runs in; ``(None,)`` for mode-independent scenarios (beat).
+    modes: tuple[Ack | None, ...] = ALL
+    #: Modes whose cell of the catalogue is "—", with the reason shown as n/a.
+    na_modes: dict[Ack, str] = field(default_factory=dict)
+
+
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def scenario(
+    sid: str,
+    title: str,
+    *,
+    modes: tuple[Ack | None, ...] = ALL,
+    na_modes: dict[Ack, str] | None = None,
+) -> Callable[[Callable[[Harness], None]], Callable[[Harness], None]]:
+    def register(fn: Callable[[Harness], None]) -> Callable[[Harness], None]:
+        SCENARIOS[sid] = Scenario(sid, title, fn, modes, na_modes or {})
+        return fn
+
+    return register
+
+
+def cases(
+    scenario_ids: list[str] | None = None, modes: list[Ack] | None = None
+) -> list[tuple[str, Ack | None]]:
+    """Every (scenario id, mode) pair of the catalogue, optionally filtered."""
+    out: list[tuple[str, Ack | None]] = []
+    for sid, sc in SCENARIOS.items():
+        if scenario_ids and sid not in scenario_ids:
+            continue
+        for mode in sc.modes:
+            if modes and mode is not None and mode not in modes:
+                continue
+            out.append((sid, mode))
+    return out
+
+
+@dataclass
+class CaseResult:
+    scenario: str
+    mode: Ack | None
+    status: str  # pass, fail, n/a, pending
+    reason: str = ""
+    duration: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "title": SCENARIOS[self.scenario].title,
+            "mode": self.mode.name if self.mode else None,
+            "status": self.status,
+            "reason": self.reason,
+            "duration": round(self.duration, 3),
+        }
+
+
+def run_case(
+    broker: Broker,
+    scenario_id: str,
+    mode: Ack | None,
+    workdir: Path,
+    *,
+    time_scale: float = 1.0,
+) -> CaseResult:
+    """Run one case; never raises for a verdict (pass / fail / n/a / pending)."""
+    sc = SCENARIOS[scenario_id]
+    start = time.monotonic()
+    if mode is not None and mode in sc.na_modes:
+        return CaseResult(scenario_id, mode, "n/a", sc.na_modes[mode])
+    harness: Harness | None = None
+    try:
+        harness = Harness(
+            broker,
+            mode,
+            workdir / f"{scenario_id}-{mode.name if mode else 'any'}",
+            time_scale=time_scale,
+        )
+        sc.fn(harness)
+        status, reason = "pass", ""
+    except NotApplicable as exc:
+        status, reason = "n/a", str(exc)
+    except Pending as exc:
+        status, reason = "pending", str(exc)
+    except (ScenarioFailed, AssertionError) as exc:
+        status, reason = "fail", str(exc)
+        if harness is not None:
+            reason += _worker_logs(harness)
+    except Exception as exc:
+        status, reason = "fail", "".join(traceback.format_exception(exc))
+        if harness is not None:
+            reason += _worker_logs(harness)
+    finally:
+        if harness is not None:
+            harness.close()
+    return CaseResult(scenario_id, mode, status, reason, time.monotonic() - start)
+
+
+def _worker_logs(h: Harness) -> str:
+    out = ""
+    for w in h.workers:
+        text = w.output()
+        if text:
+            out += f"\n--- worker {w.index} log (tail) ---\n" + text[-2000:]
+    return out
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _early(h: Harness) -> bool:
+    return h.mode is EARLY
+
+
+def _keys(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def _executor_pid(h: Harness, key: str, attempt: int = 1) -> int:
+    [rec] = h.wait_for("start", key=key, attempt=attempt)[:1]
+    return int(rec["pid"])
+
+
+# -- C01-C24 ------------------------------------------------------------------------------------
+@scenario("C01", "happy path, 1,000 messages, 2 workers")
+def c01(h: Harness) -> None:
+    keys = _keys("m", 1000)
+    h.publish(keys)
+    h.worker(pool="threads", concurrency=4)
+    h.worker(pool="threads", concurrency=4)
+    h.drain()
+    hist = h.history()
+    hist.expect_ok_once()
+    hist.expect_no_unexpected()
+    hist.expect_broker_settled(dead=0)
+
+
+@scenario("C02", "kill the executor child mid-task (prefork)")
+def c02(h: Harness) -> None:
+    h.require_processes("prefork executor processes")
+    w = h.worker(pool="prefork", concurrency=1)
+    h.publish(["victim"], {"gate": "victim"})
+    child = _executor_pid(h, "victim")
+    expect(child != w.pid, "the task must run in an executor child, not the worker")
+    h.kill_pid(child)
+    if h.mode is ROL:
+        h.wait_for("start", key="victim", attempt=2)
+        h.open_gate("victim")
+    elif h.mode is LATE:
+        eventually(lambda: h.stats().dead == 1, h.patience, description="the dead letter")
+    else:
+        h.quiet(h.t(1.0))
+    h.publish(_keys("bystander", 3))
+    h.drain()
+    hist = h.history()
+    hist.expect_ok_once(_keys("bystander", 3))
+    if h.mode is EARLY:
+        hist.expect_lost("victim")
+        hist.expect_broker_settled(dead=0)
+    elif h.mode is LATE:
+        hist.expect_dead("victim", "worker_lost", executions=1)
+        hist.expect_broker_settled(dead=1)
+    else:
+        fate = hist.by_key("victim")
+        expect(
+            fate.executions == 2 and len(fate.ends) == 1,
+            "REJECT_ON_LOST: expected one re-run that completes",
+            h,
+            fate.id,
+        )
+        hist.expect_broker_settled(dead=0)
+
+
+def _kill_worker_mid_task(h: Harness, *, prefetch: int | None, others: int) -> None:
+    w1 = h.worker(pool="threads", concurrency=1, prefetch=prefetch)
+    h.publish(["victim"], {"gate": "victim"})
+    rest = _keys("other", others)
+    if rest:
+        h.publish(rest)
+    h.wait_for("start", key="victim", attempt=1)
+    if prefetch:
+        held = prefetch - (1 if _early(h) else 0)
+        eventually(
+            lambda: h.stats().in_flight == held,
+            h.patience,
+            description=f"the worker to hold {held} messages",
+        )
+    w1.kill()
+    h.open_gate("victim-2")  # only a redelivery may finish
+    h.worker(pool="threads", concurrency=1)
+    if _early(h):
+        h.drain()
+        h.quiet(h.lease * 1.5)
+    else:
+        h.wait_for("end", key="victim", attempt=2)
+        h.drain()
+    hist = h.history()
+    if _early(h):
+        hist.expect_lost("victim")
+    else:
+        hist.expect_ok_once(["victim"])
+    hist.expect_ok_once(rest)
+    hist.expect_broker_settled(dead=0)
+
+
+@scenario("C03", "kill the whole worker mid-task")
+def c03(h: Harness) -> None:
+    h.require_processes()
+    _kill_worker_mid_task(h, prefetch=None, others=0)
+
+
+@scenario("C04", "kill a worker holding prefetched messages (prefetch 10)")
+def c04(h: Harness) -> None:
+    h.require_processes()
+    _kill_worker_mid_task(h, prefetch=10, others=9)
+
+
+@scenario("C05", "graceful shutdown with prefetched messages")
+def c05(h: Harness) -> None:
+    long_lease = h.t(30.0)
+    w1 = h.worker(pool="threads", concurrency=1, prefetch=10, lease=long_lease)
+    h.publish(["victim"], {"gate": "victim"})
+    rest = _keys("other", 9)
+    h.publish(rest)
+    h.wait_for("start", key="victim")
+    running = 0 if _early(h) else 1
+    eventually(
+        lambda: h.stats().in_flight == 9 + running,
+        h.patience,
+        description="the worker to hold 10 messages",
+    )
+    w1.terminate()
+    # Returned at once: well before the lease could have expired.
+    eventually(
+        lambda: h.stats().ready == 9,
+        min(h.t(3.0), long_lease / 3),
+        description="the 9 prefetched messages to be returned at once",
+    )
+    h.open_gate("victim")
+    status = w1.wait(h.patience)
+    expect(status in (0, None), f"graceful stop should exit 0, got {status}")
+    h.worker(pool="threads", concurrency=2)
+    h.drain()
+    hist = h.history()
+    hist.expect_ok_once(["victim", *rest])
+    hist.expect_broker_settled(dead=0)
+
+
+@scenario("C06", "grace period exceeded")
+def c06(h: Harness) -> None:
+    h.require_processes()
+    w1 = h.worker(pool="prefork", concurrency=1, grace=h.t(0.5))
+    h.publish(["victim"], {"gate": "victim"})
+    h.wait_for("start", key="victim")
+    w1.terminate()
+    status = w1.wait(h.patience)
+    expect(status == 1, f"a cold stop exits 1, got {status}")
+    h.open_gate("victim-2")
+    h.worker(pool="threads", concurrency=1)
+    if _early(h):
+        h.quiet(h.lease * 1.5)
+    else:
+        h.wait_for("end", key="victim", attempt=2)
+    h.drain()
+    hist = h.history()
+    if _early(h):
+        hist.expect_lost("victim")
+    else:
+        hist.expect_ok_once(["victim"])
+    hist.expect_broker_settled(dead=0)
+
+
+def _pause_past_lease(h: Harness) -> tuple[Any, Any]:
+    """C07's first half: A runs the victim, is paused past its lease, B takes it over."""
+    a = h.worker(pool="prefork", concurrency=1)
+    h.publish(["victim"], {"gate": "victim"})
+    h.wait_for("start", key="victim", attempt=1)
+    a.signal(signal.SIGSTOP)
+    try:
+        b = h.worker(pool="prefork", concurrency=1)  # B renews its own lease while it lives
+        if _early(h):
+            h.quiet(h.lease * 2.5)
+            expect(
+                not h.journal.records(ev="start", key="victim", attempt=2),
+                "EARLY: a paused worker's task must not run again",
+            )
+        else:
+            h.wait_for("start", key="victim", attempt=2)
+            h.open_gate("victim-1")  # A's execution may finish now, B's may not
+            h.wait_for("end", key="victim", attempt=1)
+    finally:
+        a.signal(signal.SIGCONT)
+    return a, b
+
+
+@scenario("C07", "pause past the lease (SIGSTOP, then SIGCONT)")
+def c07(h: Harness) -> None:
+    h.require_processes()
+    a, _ = _pause_past_lease(h)
+    if _early(h):
+        h.open_gate("victim")
+        h.wait_for("end", key="victim")
+        h.drain()
+        hist = h.history()
+        hist.expect_ok_once(["victim"])
+        hist.expect_broker_settled(dead=0)
+        return
+    eventually(
+        lambda: "stale receipt" in a.output(),
+        h.patience,
+        description="the paused worker to report its stale receipt",
+    )
+    st = h.stats()
+    expect(
+        st.in_flight == 1, f"the stale ack must leave the new delivery in flight; broker says {st}"
+    )
+    h.open_gate("victim-2")
+    h.drain()
+    hist = h.history()
+    hist.expect_completed(["victim"], max_dup=1)
+    hist.expect_broker_settled(dead=0)
+
+
+@scenario(
+    "C08",
+    "stale ack must not remove a newer delivery",
+    na_modes={EARLY: "no EARLY cell: an early ack leaves no late receipt to go stale"},
+)
+def c08(h: Harness) -> None:
+    h.require_processes()
+    a, b = _pause_past_lease(h)
+    eventually(
+        lambda: "stale receipt" in a.output(),
+        h.patience,
+        description="the paused worker to report its stale receipt",
+    )
+    expect(h.stats().in_flight == 1, "the stale ack removed the newer delivery")
+    b.kill()  # the second worker dies mid-task: the message must come a third time
+    h.open_gate("victim-3")
+    h.worker(pool="threads", concurrency=1)
+    h.wait_for("end", key="victim", attempt=3)
+    h.drain()
+    hist = h.history()
+    hist.expect_completed(["victim"], max_dup=1)
+    hist.expect_broker_settled(dead=0)
+
+
+@scenario("C09", "long task, short lease, auto-renewal (task 4x the lease)")
+def c09(h: Harness) -> None:
+    h.publish(["long"], {"sleep": h.lease * 4})
+    h.worker(pool="threads", concurrency=1)
+    h.worker(pool="threads", concurrency=1)
+    h.wait_for("end", key="long", timeout=h.lease * 4 + h.patience)
+    h.quiet(h.lease)
+    h.drain()
+    hist = h.history()
+    hist.expect_no_duplicates()
+    hist.expect_ok_once()
+    hist.expect_broker_settled(dead=0)
+
+
+@scenario("C10", "delay longer than the lease (countdown 5x the lease)")
+def c10(h: Harness) -> None:
+    countdown = h.lease * 5
+    sent = time.time()
+    h.publish(["later"], countdown=countdown)
+    h.worker(pool="threads", concurrency=1)
+    [rec] = h.wait_for("start", key="later", timeout=countdown + h.patience)[:1]
+    expect(
+        rec["t"] >= sent + countdown - 0.05,
+        f"ran {sent + countdown - rec['t']:.3f}s before its countdown",
+    )
+    h.drain()
+    hist = h.history()
+    hist.expect_ok_once()
+    hist.expect_broker_settled(dead=0)
+
+
+@scenario("C11", "delay survives a worker restart")
+def c11(h: Harness) -> None:
+    countdown = h.lease * 3
+    sent = time.time()
+    h.publish(["later"], countdown=countdown)
+    w1 = h.worker(pool="threads", concurrency=1)
+    h.quiet(h.lease)
+    w1.terminate()
+    w1.wait(h.patience)
+    h.worker(pool="threads", concurrency=1)
+    [rec] = h.wait_for("start", key="later", timeout=countdown + h.patience)[:1]
+    expect(rec["t"] >= sent + countdown - 0.05, "ran before its countdown")
+    h.drain()
+    hist = h.history()
+    hist.expect_ok_once()
+    hist.expect_broker_settled(dead=0)
+
+
+@scenario("C12", "retry with backoff (fails 3x, then succeeds)")
+def c12(h: Harness) -> None:
+    h.publish(["flaky"], {"fail_times": 3})
+    h.worker(pool="threads", concurrency=1)
+    h.wait_for("end", key="flaky")
+    h.drain()
+    hist = h.history()
+    fate = hist.by_key("flaky")
+    expect(
+        fate.executions == 4 and len(fate.ends) == 1,
+        f"expected 4 executions, got {fate.executions}",
+        h,
+        fate.id,
+    )
+    fails = h.journal.records(ev="fail", key="flaky")
+    starts = fate.starts
+    slack = 1.0 * h.scale + 0.5
+    for i, (fail, nxt) in enumerate(zip(fails, starts[1:], strict=False)):
+        bound = min(BACKOFF_MAX, BACKOFF * 2**i)
+        gap = nxt["t"] - fail["t"]
+        expect(
+            -0.05 <= gap <= bound + slack,
+            f"retry {i + 1} came {gap:.3f}s after the failure; backoff bound {bound}s "
+            f"(+{slack}s of polling slack)",
+            h,
+            fate.id,
+        )
+    hist.expect_broker_settled(dead=0)
+
+
+@scenario("C13", "non-retryable error")
+def c13(h: Harness) -> None:
+    h.publish(["fatal"], {"fatal": True})
+    h.worker(pool="threads", concurrency=1)
+    eventually(lambda: h.stats().dead == 1, h.patience, description="the dead letter")
+    h.drain()
+    hist = h.history()
+    hist.expect_dead("fatal", "failed", executions=1)
+    hist.expect_broker_settled(dead=1)
+
+
+@scenario("C14", "poison message that kills its executor (max_deliveries 3)")
+def c14(h: Harness) -> None:
+    h.require_processes("prefork executor processes")
+    h.worker(pool="prefork", concurrency=1)
+    h.publish(["poison"], {"crash": "executor"})
+    if _early(h):
+        h.wait_for("crash", key="poison")
+        h.publish(["after"])
+        h.wait_for("end", key="after")
+        h.quiet(h.lease * 1.5)
+        h.drain()
+        hist = h.history()
+        hist.expect_lost("poison")
+        hist.expect_broker_settled(dead=0)
+        return
+    eventually(lambda: h.stats().dead == 1, h.patience, description="the dead letter")
+    h.drain()
+    hist = h.history()
+    if h.mode is LATE:
+        hist.expect_dead("poison", "worker_lost", executions=1)
+    else:
+        hist.expect_dead("poison", "max_deliveries", executions=MAX_DELIVERIES)
+    hist.expect_broker_settled(dead=1)
+
+
+@scenario("C15", "poison message that kills the whole worker (max_deliveries 3)")
+def c15(h: Harness) -> None:
+    h.require_processes()
+    h.publish(["poison"], {"crash": "worker", "pool": "threads"})
+    deadline = time.monotonic() + h.patience * 3
+    workers_started = 0
+    while time.monotonic() < deadline:
+        # Not waiting for "ready": the poison may kill it before the harness looks.
+        w = h.worker(pool="threads", concurrency=1, wait_ready=False)
+        workers_started += 1
+
+        def died_or_settled(w: WorkerHandle = w) -> bool:
+            if not w.alive() or h.stats().dead >= 1:
+                return True
+            return _early(h) and h.journal.count(ev="crash") >= 1 and h.settled()
+
+        eventually(
+            died_or_settled, h.patience, description="the worker to die or the poison to settle"
+        )
+        if w.alive():
+            break
+        w.wait(5)
+        if _early(h) and h.journal.count(ev="crash") >= 1:
+            h.worker(pool="threads", concurrency=1)
+            h.quiet(h.lease * 1.5)
+            break
+        expect(
+            workers_started <= MAX_DELIVERIES + 2,
+            f"the poison message killed {workers_started} workers: crash loop",
+        )
+    h.drain()
+    hist = h.history()
+    if _early(h):
+        hist.expect_lost("poison")
+        hist.expect_broker_settled(dead=0)
+    else:
+        hist.expect_dead("poison", "max_deliveries", executions=MAX_DELIVERIES)
+        hist.expect_broker_settled(dead=1)
+
+
+@scenario("C16", "undecodable body and unknown task")
+def c16(h: Harness) -> None:
+    garbage_id, unknown_id = f"garbage-{uuid.uuid4().hex}", f"unknown-{uuid.uuid4().hex}"
+    unknown = (
+        b'{"v":1,"id":"' + unknown_id.encode() + b'","task":"conformance.no_such_task",'
+        b'"queue":"' + h.queue.encode() + b'","created_at":1.0}'
+    )
+    h.adapter.publish(
+        h.queue, [Outgoing(garbage_id, b"\xff\x00 not an envelope"), Outgoing(unknown_id, unknown)]
+    )
+    h.publish(["after"])
+    h.worker(pool="threads", concurrency=1)
+    h.wait_for("end", key="after")
+    eventually(lambda: h.stats().dead == 2, h.patience, description="two dead letters")
+    h.drain()
+    reasons = {d.message_id: d.reason for d in h.dead_letters()}
+    expect(reasons.get(garbage_id) == "decode_error", f"garbage body: dead letters {reasons}")
+    expect(reasons.get(unknown_id) == "unknown_task", f"unknown task: dead letters {reasons}")
+    bodies = {d.message_id: d.body for d in h.dead_letters()}
+    expect(bodies[garbage_id] == b"\xff\x00 not an envelope", "the undecodable body was not kept")
+    h.history().expect_ok_once(["after"])
+
+
+@scenario(
+    "C17",
+    "dead-letter replay",
+    na_modes={EARLY: "no EARLY cell in the catalogue"},
+)
+def c17(h: Harness) -> None:
+    raise Pending("needs dead-letter replay (`ackwise dlq replay`, the failure-handling issue)")
+
+
+def _proxied_workers(h: Harness, fault: Callable[[Any], None]) -> None:
+    from ackwise_conformance.proxy import FaultProxy
+
+    if h.broker.host is None or h.broker.port is None:
+        raise NotApplicable(
+            f"broker {h.broker.name} has no network connection to cut (embedded broker)"
+        )
+    with FaultProxy(h.broker.host, h.broker.port).start() as proxy:
+        url = h.broker.url_via("127.0.0.1", proxy.port)
+        keys = _keys("m", 200)
+        h.publish(keys, {"sleep": 0.01})
+        prefetch = 4
+        h.worker(pool="threads", concurrency=2, prefetch=prefetch, url=url)
+        h.worker(pool="threads", concurrency=2, prefetch=prefetch, url=url)
+        h.wait_for("end", count=20)
+        fault(proxy)
+        h.drain(h.patience * 3)
+    hist = h.history()
+    in_flight_bound = 2 * prefetch
+    if _early(h):
+        lost = hist.count("lost")
+        expect(lost <= in_flight_bound, f"EARLY: {lost} lost, at most {in_flight_bound} may be")
+        hist.expect_no_duplicates()
+    else:
+        hist.expect_completed(keys, max_dup=in_flight_bound)
+    hist.expect_broker_settled()
+
+
+@scenario("C18", "broker connection cut mid-run (TCP proxy resets connections)")
+def c18(h: Harness) -> None:
+    _proxied_workers(h, lambda proxy: proxy.reset(duration=h.t(3.0)))
+
+
+@scenario("C19", "broker restart mid-run (suite-owned broker, durable config)")
+def c19(h: Harness) -> None:
+    keys = _keys("m", 200)
+    h.publish(keys, {"sleep": 0.01})
+    h.worker(pool="threads", concurrency=2, prefetch=4)
+    h.wait_for("end", count=20)
+    h.broker.restart()  # NotApplicable when the suite does not own a broker process
+    h.drain(h.patience * 3)
+    hist = h.history()
+    if _early(h):
+        hist.expect_no_duplicates()
+    else:
+        hist.expect_completed(keys, max_dup=8)
+    hist.expect_broker_settled()
+
+
+@scenario("C20", "prefetch 1 fairness: one long task and 20 short ones, 2 workers")
+def c20(h: Harness) -> None:
+    h.worker(pool="threads", concurrency=1, prefetch=1)
+    h.publish(["long"], {"gate": "long"})
+    h.wait_for("start", key="long")
+    h.worker(pool="threads", concurrency=1, prefetch=1)
+    short = _keys("short", 20)
+    h.publish(short)
+    # All short tasks finish on the free worker while the long one still runs.
+    eventually(
+        lambda: all(h.journal.count(ev="end", key=k) for k in short),
+        h.patience,
+        description="the 20 short tasks to finish while the long one runs",
+    )
+    expect(not h.journal.records(ev="end", key="long"), "the long task ended early")
+    h.open_gate("long")
+    h.wait_for("end", key="long")
+    h.drain()
+    hist = h.history()
+    hist.expect_ok_once()
+    hist.expect_broker_settled(dead=0)
+
+
+@scenario("C21", "exclusive delivery: 4 workers, 5,000 messages, lease >> task")
+def c21(h: Harness) -> None:
+    keys = _keys("m", 5000)
+    for i in range(0, len(keys), 1000):
+        h.publish(keys[i : i + 1000])
+    for _ in range(4):
+        h.worker(pool="threads", concurrency=2, lease=h.t(30.0), wait_ready=False)
+    for w in h.workers:
+        w.wait_ready(h.patience * 2)
+    h.drain(h.patience * 4)
+    hist = h.history()
+    hist.expect_no_duplicates()
+    hist.expect_ok_once()
+    hist.expect_broker_settled(dead=0)
+
+
+@scenario("C22", "duplicate publish with the same idempotency key")
+def c22(h: Harness) -> None:
+    raise Pending("needs idempotency keys (the periodic-tasks and idempotency issue)")
+
+
+@scenario("C23", "publish to a missing / misconfigured queue")
+def c23(h: Harness) -> None:
+    try:
+        h.task.apply_async(("k", {}), queue="no such queue!")
+    except PublishError as exc:
+        expect("invalid queue name" in str(exc), f"unclear error: {exc}")
+    else:
+        raise ScenarioFailed("publishing to an invalid queue name did not raise")
+    st = h.stats()
+    expect(st.ready == 0, f"something was published: {st}")
+    # A queue nobody consumes yet keeps the message until a worker comes.
+    h.publish(["waiting"])
+    h.quiet(h.lease)
+    expect(h.stats().ready == 1, "a message without a consumer was dropped")
+    h.worker(pool="threads", concurrency=1)
+    h.drain()
+    h.history().expect_ok_once(["waiting"])
+
+
+@scenario("C24", "oversize payload, non-serializable argument")
+def c24(h: Harness) -> None:
+    try:
+        h.task.apply_async(("k", {"when": object()}))
+    except NotSerializable as exc:
+        expect("kwargs" in str(exc) or "args" in str(exc), f"the error names no path: {exc}")
+    else:
+        raise ScenarioFailed("a non-serializable argument was accepted")
+    limit = h.capabilities.max_message_size
+    if limit is not None:
+        try:
+            h.task.apply_async(("k", {"blob": "x" * (limit + 1)}))
+        except MessageTooLarge as exc:
+            expect(str(limit) in str(exc), f"the error does not say the limit: {exc}")
+        else:
+            raise ScenarioFailed(f"a payload over the {limit}-byte limit was accepted")
+    st = h.stats()
+    expect((st.ready, st.delayed, st.in_flight) == (0, 0, 0), f"something was published: {st}")
+
+
+# -- beat --------------------------------------------------------------------------------------
+_BEAT = "needs beat's leader lock and fenced fires (the periodic-tasks issue)"
+
+
+@scenario("B01", "two beat instances start together", modes=(None,))
+def b01(h: Harness) -> None:
+    raise Pending(_BEAT)
+
+
+@scenario("B02", "leader paused longer than the lock TTL", modes=(None,))
+def b02(h: Harness) -> None:
+    raise Pending(_BEAT)
+
+
+@scenario("B03", "leader cut off from the lock store", modes=(None,))
+def b03(h: Harness) -> None:
+    raise Pending(_BEAT)
+
+
+@scenario("B04", "stale lock release", modes=(None,))
+def b04(h: Harness) -> None:
+    raise Pending(_BEAT)

@@ -1,0 +1,125 @@
+"""The tasks that conformance workers run: one task per delivery mode, driven by a plan.
+
+Worker processes import ``ackwise_conformance.workload:app``; its broker comes from
+``ACKWISE_BROKER_URL``.  The journal and the gate directory come from
+``ACKWISE_CONFORMANCE_JOURNAL`` and ``ACKWISE_CONFORMANCE_GATES``.
+
+A plan (the ``plan`` keyword argument) says what one execution does, in this order:
+
+``crash``: ``"executor"`` or ``"worker"``
+    SIGKILL the executing process, or the worker process (the prefork supervisor; with the
+    threads pool the two are one), on the attempts listed in ``crash_attempts`` (default: all).
+``gate``: name
+    wait until the gate file ``name`` or ``name-<attempt>`` exists (a barrier the harness opens).
+``sleep``: seconds
+``fail_times``: n
+    raise a retryable error while fewer than ``n`` retries happened.
+``fatal``: true
+    raise a non-retryable error.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from ackwise import Ack, App, TaskContext
+from ackwise_conformance.journal import record
+
+__all__ = ["MAX_DELIVERIES", "NonRetryable", "Retryable", "app", "build_app", "task_name"]
+
+#: max_deliveries of every workload task (C14 / C15 use it).
+MAX_DELIVERIES = 3
+#: Retry backoff of the workload tasks: base and cap, in seconds (C12 checks the bounds).
+BACKOFF = 0.2
+BACKOFF_MAX = 0.8
+
+
+class Retryable(Exception):
+    """A failure the workload tasks retry."""
+
+
+class NonRetryable(Exception):
+    """A failure the workload tasks never retry."""
+
+
+def task_name(mode: Ack) -> str:
+    return f"conformance.run.{mode.value}"
+
+
+def _gate_open(name: str, attempt: int) -> bool:
+    gates = os.environ["ACKWISE_CONFORMANCE_GATES"]
+    return os.path.exists(os.path.join(gates, name)) or os.path.exists(
+        os.path.join(gates, f"{name}-{attempt}")
+    )
+
+
+def _journal(event: str, ctx: TaskContext, key: str, **extra: Any) -> None:
+    record(
+        os.environ["ACKWISE_CONFORMANCE_JOURNAL"],
+        event,
+        id=ctx.id,
+        key=key,
+        attempt=ctx.attempt,
+        retries=ctx.retries,
+        ppid=os.getppid(),
+        **extra,
+    )
+
+
+def _execute(ctx: TaskContext, key: str, plan: dict[str, Any]) -> None:
+    _journal("start", ctx, key)
+    crash = plan.get("crash")
+    if crash:
+        attempts = plan.get("crash_attempts")
+        if attempts is None or ctx.attempt in attempts:
+            _journal("crash", ctx, key, target=crash)
+            if crash == "worker" and plan.get("pool", "prefork") == "prefork":
+                os.kill(os.getppid(), signal.SIGKILL)
+                time.sleep(30)  # the supervisor's death takes this process with it
+            os.kill(os.getpid(), signal.SIGKILL)
+    gate = plan.get("gate")
+    if gate:
+        deadline = time.monotonic() + float(plan.get("gate_timeout", 300))
+        while not _gate_open(gate, ctx.attempt):
+            if time.monotonic() > deadline:
+                _journal("gate-timeout", ctx, key)
+                raise NonRetryable(f"gate {gate} never opened")
+            time.sleep(0.005)
+    if plan.get("sleep"):
+        time.sleep(float(plan["sleep"]))
+    if ctx.retries < int(plan.get("fail_times", 0)):
+        _journal("fail", ctx, key, retryable=True)
+        raise Retryable(f"planned failure {ctx.retries + 1}")
+    if plan.get("fatal"):
+        _journal("fail", ctx, key, retryable=False)
+        raise NonRetryable("planned non-retryable failure")
+    _journal("end", ctx, key)
+
+
+def build_app(broker: str | None = None) -> App:
+    """The workload App on ``broker`` (default: ``$ACKWISE_BROKER_URL``)."""
+    app = App("ackwise-conformance", broker=broker)
+    for mode in Ack:
+
+        @app.task(
+            name=task_name(mode),
+            ack=mode,
+            bind=True,
+            max_deliveries=MAX_DELIVERIES,
+            autoretry_for=(Retryable,),
+            dont_autoretry_for=(NonRetryable,),
+            max_retries=10,
+            retry_backoff=BACKOFF,
+            retry_backoff_max=BACKOFF_MAX,
+            retry_jitter=True,
+        )
+        def run(ctx: TaskContext, key: str, plan: dict[str, Any] | None = None) -> None:
+            _execute(ctx, key, plan or {})
+
+    return app
+
+
+app = build_app()
