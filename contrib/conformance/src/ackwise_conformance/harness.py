@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
-from ackwise import Ack, Adapter, App, DeadLetter, QueueSpec, QueueStats, open_adapter
+from ackwise import Ack, Adapter, App, BrokerURL, DeadLetter, QueueSpec, QueueStats, open_adapter
 from ackwise.errors import AdapterError
 from ackwise.testing import InProcessWorker
 from ackwise_conformance.helpers import eventually
@@ -31,6 +32,7 @@ __all__ = [
     "NotApplicable",
     "Pending",
     "ScenarioFailed",
+    "SimpleBroker",
     "WorkerHandle",
 ]
 
@@ -62,7 +64,7 @@ class Broker(Protocol):
 
 @dataclass
 class SimpleBroker:
-    """A broker given by URL only (no proxying, no restart)."""
+    """A broker given by URL only: proxied when the URL names a host and port; no restart."""
 
     url: str
     name: str = ""
@@ -70,11 +72,21 @@ class SimpleBroker:
     port: int | None = None
 
     def __post_init__(self) -> None:
+        parsed = BrokerURL.parse(self.url)
         if not self.name:
-            self.name = self.url.split("://", 1)[0]
+            self.name = parsed.scheme
+        if self.host is None and parsed.host and parsed.port:
+            self.host, self.port = parsed.host, parsed.port
 
     def url_via(self, host: str, port: int) -> str:
-        raise NotApplicable(f"broker {self.name}: no network address to put a proxy in front of")
+        if self.host is None or self.port is None:
+            raise NotApplicable(
+                f"broker {self.name}: no network address to put a proxy in front of"
+            )
+        parts = urlsplit(self.url)
+        userinfo, _, _ = parts.netloc.rpartition("@")
+        netloc = f"{userinfo}@{host}:{port}" if userinfo else f"{host}:{port}"
+        return urlunsplit(parts._replace(netloc=netloc))
 
     def restart(self) -> None:
         raise NotApplicable(f"broker {self.name}: the suite does not own a broker process")

@@ -1,0 +1,60 @@
+"""``ackwise conformance URL``: the matrix, the JSON file and the exit status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+
+def test_conformance_command_runs_both_levels_and_writes_json(tmp_path):
+    out_file = tmp_path / "out.json"
+    url = f"memory://{uuid.uuid4().hex}"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ackwise",
+            "conformance",
+            url,
+            "--scenario",
+            "C01,C02,C22",
+            "--mode",
+            "late",
+            "--json",
+            str(out_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out_file.read_text())
+    assert data["level1"] and all(r["status"] in ("pass", "n/a") for r in data["level1"])
+    by_id = {r["scenario"]: r for r in data["level2"]}
+    assert by_id["C01"]["status"] == "pass"
+    assert by_id["C02"]["status"] == "n/a" and "multi_process=False" in by_id["C02"]["reason"]
+    assert by_id["C22"]["status"] == "pending"
+    assert "C01  happy path" in proc.stdout and "summary:" in proc.stdout
+
+
+def test_conformance_command_exits_non_zero_on_failure_and_rejects_unknown_scenarios(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ackwise",
+            "conformance",
+            "memory://x",
+            "--level",
+            "2",
+            "--scenario",
+            "C99",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "unknown scenario" in proc.stderr + proc.stdout
