@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 
 POOLS = ("prefork", "threads", "solo")
 
+#: Late acks of successful tasks are sent together: at most this many, or this many seconds old.
+ACK_BATCH = 64
+ACK_DELAY = 0.005
+
 Listener = Callable[[str, dict[str, Any]], None]
 
 
@@ -266,6 +270,9 @@ class Worker:
         grace_deadline: float | None = None
         backoff = 0.0
         acks: list[Delivery] = []
+        # Successful late acks wait up to ACK_DELAY (or ACK_BATCH of them) to share one broker
+        # call; a crash in that window redelivers them, which at-least-once allows.
+        ack_due = 0.0
         while True:
             try:
                 if backoff:
@@ -280,23 +287,35 @@ class Worker:
                 if self._stop_requested == 2 or (
                     grace_deadline is not None and time.monotonic() >= grace_deadline
                 ):
+                    if acks:
+                        self._ack(acks)
                     return self._cold_stop(executor)
+                # 2. settle what finished
+                had = len(acks)
+                self._drain_completions(acks, block=0.0)
+                now = time.monotonic()
+                if acks and not had:
+                    ack_due = now + ACK_DELAY
                 if grace_deadline is not None and not self._running:
+                    if acks:
+                        self._ack(acks)
                     executor.shutdown(cold=False)
                     log.info("worker %s stopped gracefully", self.worker_id)
                     return 0
-                # 2. settle what finished
-                self._drain_completions(acks, block=0.0)
-                if acks:
-                    self._ack(acks)
                 # 3. renew leases of everything held
-                now = time.monotonic()
                 if now >= next_renewal:
                     self._renew()
                     next_renewal = now + renew_every
                 # 4. start buffered tasks on free slots
                 if self._buffer and not self._stop_requested:
                     self._start(executor)
+                if acks and (
+                    len(acks) >= ACK_BATCH
+                    or now >= ack_due
+                    or not self._running
+                    or self._stop_requested
+                ):
+                    self._ack(acks)
                 # 5. fetch more
                 received = 0
                 if not self._stop_requested:
@@ -316,17 +335,20 @@ class Worker:
                     room = cfg.prefetch - self.held
                     # While slots are busy but there is room, look for new messages often.
                     timeout = 0.02 if room > 0 and not self._stop_requested else cfg.poll
-                    timeout = min(timeout, max(0.0, next_renewal - time.monotonic()))
+                    deadlines = [next_renewal]
                     if grace_deadline is not None:
-                        timeout = min(timeout, max(0.0, grace_deadline - time.monotonic()))
-                    self._drain_completions(acks, block=timeout)
+                        deadlines.append(grace_deadline)
                     if acks:
-                        self._ack(acks)
+                        deadlines.append(ack_due)
+                    timeout = min(timeout, max(0.0, min(deadlines) - time.monotonic()))
+                    self._drain_completions(acks, block=timeout)
             except TransientAdapterError as exc:
                 backoff = min(max(backoff * 2, 0.1), 5.0)
                 log.warning("broker error (%s); reconnecting in %.1fs", exc, backoff)
             except _Fatal as exc:
                 log.error("worker cannot go on: %s", exc)
+                if acks:
+                    self._ack(acks)
                 self._cold_stop(executor)
                 return 1
 
