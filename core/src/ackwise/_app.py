@@ -99,6 +99,8 @@ class TaskContext:
     retries: int
     queue: str
     headers: dict[str, Any]
+    #: The delivery's receipt as text (opaque; for journals and logs).
+    receipt: str = ""
 
     def retry(self, delay: float | None = None, *, exc: BaseException | None = None) -> Retry:
         """Return a :class:`Retry` to raise: ``raise self.retry(delay=5)``."""

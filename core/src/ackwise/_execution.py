@@ -33,6 +33,8 @@ class Job:
     job_id: int
     attempt: int
     body: bytes
+    #: The delivery's receipt as text, for bound tasks (empty otherwise).
+    receipt: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +81,9 @@ class Runner:
             args: list[Any] = env.args
             if task.bind:
                 retries = sum(1 for h in env.history if h.outcome == "retry")
-                ctx = TaskContext(task, env.id, job.attempt, retries, env.queue, env.headers)
+                ctx = TaskContext(
+                    task, env.id, job.attempt, retries, env.queue, env.headers, job.receipt
+                )
                 args = [ctx, *args]
             if task.is_async:
                 self._run_async(task.fn(*args, **env.kwargs))

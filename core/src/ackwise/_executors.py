@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 Completion = tuple[str, int, Any]
 
 _FRAME = struct.Struct("<I")
-_JOB = struct.Struct("<QI")
+_JOB = struct.Struct("<QIH")  # job id, attempt, receipt length; then receipt, then body
 _READY = b"\x00ready"
 
 
@@ -233,7 +233,8 @@ class PreforkExecutor(Executor):
                     break
             else:  # pragma: no cover - the consumer checks free_slots first
                 raise RuntimeError("no idle prefork child")
-        payload = _JOB.pack(job.job_id, job.attempt) + job.body
+        receipt = job.receipt.encode()[:65535]
+        payload = _JOB.pack(job.job_id, job.attempt, len(receipt)) + receipt + job.body
         try:
             os.write(child.job_w, _FRAME.pack(len(payload)) + payload)
         except OSError:
@@ -400,8 +401,9 @@ def child_main(app_path: str, job_fd: int, result_fd: int, parent_pid: int) -> N
             payload = _read_exact(job_fd, size)
         except EOFError:
             break
-        job_id, attempt = _JOB.unpack_from(payload)
-        result = runner.run(Job(job_id, attempt, payload[_JOB.size :]))
+        job_id, attempt, rlen = _JOB.unpack_from(payload)
+        receipt = payload[_JOB.size : _JOB.size + rlen].decode()
+        result = runner.run(Job(job_id, attempt, payload[_JOB.size + rlen :], receipt))
         out = encode(result.to_wire())
         os.write(result_fd, _FRAME.pack(len(out)) + out)
     runner.close()

@@ -434,7 +434,9 @@ class Worker:
             self._running[h.job_id] = h
             self.counters.started += 1
             self._emit("started", h, attempt=h.delivery.attempt)
-            executor.submit(Job(h.job_id, h.delivery.attempt, h.delivery.body))
+            d = h.delivery
+            receipt = repr(d.receipt) if h.task.bind else ""
+            executor.submit(Job(h.job_id, d.attempt, d.body, receipt))
 
     def _return_buffer(self) -> None:
         """Graceful stop: give every prefetched, unstarted message back at once."""

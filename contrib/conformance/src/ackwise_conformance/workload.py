@@ -64,6 +64,7 @@ def _journal(event: str, ctx: TaskContext, key: str, **extra: Any) -> None:
         key=key,
         attempt=ctx.attempt,
         retries=ctx.retries,
+        receipt=ctx.receipt,
         ppid=os.getppid(),
         **extra,
     )
