@@ -269,6 +269,37 @@ class MemoryAdapter(Adapter):
         with b.lock:
             return list(b.queue(queue).dead[:limit])
 
+    def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        b = self.broker
+        wanted = set(message_ids)
+        now = time.time()
+        with b.lock:
+            q = b.queue(queue)
+            keep: list[DeadLetter] = []
+            moved = 0
+            for dead in q.dead:
+                if dead.message_id in wanted:
+                    q.ready.append(_Message(dead.message_id, dead.body, now))
+                    moved += 1
+                else:
+                    keep.append(dead)
+            q.dead = keep
+            if moved:
+                b.lock.notify_all()
+            return moved
+
+    def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
+        b = self.broker
+        with b.lock:
+            q = b.queue(queue)
+            before = len(q.dead)
+            if message_ids is None:
+                q.dead = []
+            else:
+                wanted = set(message_ids)
+                q.dead = [d for d in q.dead if d.message_id not in wanted]
+            return before - len(q.dead)
+
     def purge(self, queue: str) -> int:
         b = self.broker
         with b.lock:

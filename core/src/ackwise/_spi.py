@@ -304,6 +304,18 @@ class Adapter(abc.ABC):
         """List up to ``limit`` dead letters of ``queue``, oldest first."""
 
     @abc.abstractmethod
+    def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        """Move these dead letters back to ready, as new deliveries (count reset); return how many.
+
+        Atomic per message: a replay run twice re-publishes each message once.  The stored body
+        (with its history) is what becomes ready.  Ids not in the store are skipped.
+        """
+
+    @abc.abstractmethod
+    def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
+        """Delete these dead letters (every one of ``queue`` when ``None``); return how many."""
+
+    @abc.abstractmethod
     def purge(self, queue: str) -> int:
         """Delete every ready and delayed message of ``queue``; return how many."""
 

@@ -574,6 +574,44 @@ class SQLiteAdapter(Adapter):
             for id_, body, reason, dead_at, deliveries in rows
         ]
 
+    def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        if not message_ids:
+            return 0
+        now = time.time()
+        moved = 0
+        with self._write() as db:
+            for start in range(0, len(message_ids), 500):
+                chunk = list(message_ids[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                moved += db.execute(
+                    f"UPDATE ackwise_messages SET state = {READY}, available_at = ?, "
+                    "deliveries = 0, token = NULL, reason = NULL, dead_at = NULL, "
+                    f"enqueued_at = ? WHERE queue = ? AND state = {DEAD} AND id IN ({marks})",
+                    (now, now, queue, *chunk),
+                ).rowcount
+        return moved
+
+    def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
+        deleted = 0
+        with self._write() as db:
+            if message_ids is None:
+                return int(
+                    db.execute(
+                        f"DELETE FROM ackwise_messages WHERE queue = ? AND state = {DEAD}",
+                        (queue,),
+                    ).rowcount
+                )
+            ids = list(message_ids)
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                deleted += db.execute(
+                    f"DELETE FROM ackwise_messages WHERE queue = ? AND state = {DEAD} "
+                    f"AND id IN ({marks})",
+                    (queue, *chunk),
+                ).rowcount
+        return deleted
+
     def purge(self, queue: str) -> int:
         with self._write() as db:
             count: int = db.execute(_SQL_PURGE, (queue,)).rowcount

@@ -594,6 +594,35 @@ class AdapterConformance:
         assert [x.message_id for x in adapter.dead_letters(queue, limit=2)] == ["a", "b"]
 
     # -- stats and purge -------------------------------------------------------------------
+    def test_requeue_dead_replays_each_message_once_as_a_new_delivery(
+        self, adapter: Adapter, queue: str
+    ) -> None:
+        adapter.publish(queue, [Outgoing("a", b"body-a"), Outgoing("b", b"body-b")])
+        for d in self.take(adapter, queue, 2):
+            adapter.dead_letter(d, reason="failed", body=d.body + b"+history")
+        self.assert_stats(adapter, queue, ready=0, in_flight=0, dead=2)
+        assert adapter.requeue_dead(queue, ["a", "missing"]) == 1
+        assert adapter.requeue_dead(queue, ["a"]) == 0  # run twice: replayed once
+        self.assert_stats(adapter, queue, ready=1, dead=1)
+        (d,) = self.take(adapter, queue)
+        assert (d.message_id, d.body) == ("a", b"body-a+history")
+        self.assert_attempt(adapter, d.attempt, 1)  # a new delivery: the count starts again
+        adapter.ack([d])
+        assert [x.message_id for x in adapter.dead_letters(queue)] == ["b"]
+
+    def test_delete_dead_removes_the_named_or_all_dead_letters(
+        self, adapter: Adapter, queue: str
+    ) -> None:
+        adapter.publish_dead(
+            queue, [Outgoing("a", b"1"), Outgoing("b", b"2"), Outgoing("c", b"3")], reason="failed"
+        )
+        eventually(lambda: len(adapter.dead_letters(queue)) == 3, self.patience)
+        assert adapter.delete_dead(queue, ["b", "missing"]) == 1
+        assert sorted(x.message_id for x in adapter.dead_letters(queue)) == ["a", "c"]
+        assert adapter.delete_dead(queue) == 2
+        assert adapter.dead_letters(queue) == []
+        self.assert_stats(adapter, queue, ready=0, dead=0)
+
     def test_stats_of_an_empty_queue_are_zero(self, adapter: Adapter, queue: str) -> None:
         stats = adapter.stats(queue)
         assert stats.queue == queue
