@@ -136,10 +136,31 @@ TABLE = [
         DeadLetterMessage("decode_error"),
     ),
     (
-        "unknown task -> dead-lettered",
+        "bad envelope reason -> dead-lettered with it",
         E,
         Outcome.REJECTED,
-        {"reason": "unknown_task"},
+        {"reason": "bad_envelope"},
+        DeadLetterMessage("bad_envelope"),
+    ),
+    (
+        "unknown task -> offered again later (rolling deploy)",
+        E,
+        Outcome.UNKNOWN_TASK,
+        {"attempt": 1, "max_deliveries": 3, "retry_delay": 5.0},
+        NackMessage(5.0),
+    ),
+    (
+        "unknown task, last delivery -> dead-lettered",
+        L,
+        Outcome.UNKNOWN_TASK,
+        {"attempt": 3, "max_deliveries": 3, "retry_delay": 5.0},
+        DeadLetterMessage("unknown_task"),
+    ),
+    (
+        "unknown task, no requeue configured -> dead-lettered",
+        R,
+        Outcome.UNKNOWN_TASK,
+        {"attempt": 1, "max_deliveries": 3},
         DeadLetterMessage("unknown_task"),
     ),
     (
@@ -164,8 +185,8 @@ def test_settle_follows_the_semantics_table(mode, outcome, kwargs, expected):
 def test_every_mode_and_outcome_has_a_row():
     covered = {(m, o) for _, m, o, _, _ in TABLE}
     for outcome in Outcome:
-        if outcome is Outcome.REJECTED:
-            continue  # mode-independent: the task (and so its mode) may be unknown
+        if outcome in (Outcome.REJECTED, Outcome.UNKNOWN_TASK):
+            continue  # mode-independent: the task (and so its mode) is unknown
         for mode in Ack:
             if outcome is Outcome.OVER_LIMIT or (mode, outcome) in covered:
                 continue

@@ -1,6 +1,6 @@
 """ackwise: a Python task queue with explicit, provable delivery guarantees."""
 
-from ackwise._app import App, Retry, RetryPolicy, Signature, Task, TaskContext
+from ackwise._app import TRANSIENT_ERRORS, App, Retry, RetryPolicy, Signature, Task, TaskContext
 from ackwise._envelope import ENVELOPE_VERSION, Attempt, Envelope
 from ackwise._hookspecs import hookimpl
 from ackwise._plugins import AdapterRegistry, Plugins, get_plugins, open_adapter
@@ -35,6 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ENVELOPE_VERSION",
+    "TRANSIENT_ERRORS",
     "Ack",
     "AckMessage",
     "Adapter",

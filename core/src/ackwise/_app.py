@@ -23,9 +23,18 @@ from ackwise.errors import (
     InvalidSchedule,
     MessageTooLarge,
     PublishError,
+    TransientAdapterError,
 )
 
-__all__ = ["App", "Retry", "Signature", "Task", "TaskContext"]
+__all__ = ["TRANSIENT_ERRORS", "App", "Retry", "Signature", "Task", "TaskContext"]
+
+#: What ``autoretry_for`` retries by default: errors where trying again later may succeed.
+#: Everything else (a bug, bad input) is dead-lettered at once.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionError,
+    TimeoutError,
+    TransientAdapterError,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -132,6 +141,8 @@ class Task(Generic[P, R]):
         bind: bool,
         retry: RetryPolicy,
         options: dict[str, Any],
+        time_limit: float | None = None,
+        soft_time_limit: float | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -142,6 +153,8 @@ class Task(Generic[P, R]):
         self.bind = bind
         self.retry_policy = retry
         self.options = options
+        self.time_limit = time_limit
+        self.soft_time_limit = soft_time_limit
         self.is_async = inspect.iscoroutinefunction(fn)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -239,6 +252,8 @@ class App:
         retry_backoff: float = ...,
         retry_backoff_max: float = ...,
         retry_jitter: bool = ...,
+        time_limit: float | None = ...,
+        soft_time_limit: float | None = ...,
         **options: Any,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
@@ -252,12 +267,14 @@ class App:
         queue: str | None = None,
         max_deliveries: int = 5,
         bind: bool = False,
-        autoretry_for: tuple[type[BaseException], ...] = (),
+        autoretry_for: tuple[type[BaseException], ...] = TRANSIENT_ERRORS,
         dont_autoretry_for: tuple[type[BaseException], ...] = (),
         max_retries: int = 3,
         retry_backoff: float = 1.0,
         retry_backoff_max: float = 600.0,
         retry_jitter: bool = True,
+        time_limit: float | None = None,
+        soft_time_limit: float | None = None,
         **options: Any,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a task.  Usable bare (``@app.task``) or with options.
@@ -265,7 +282,32 @@ class App:
         :param name: defaults to ``module.function``.
         :param ack: the delivery mode (``Ack.LATE`` by default).
         :param max_deliveries: deliveries of one message before it is dead-lettered.
+        :param autoretry_for: exceptions retried with backoff (default: TRANSIENT_ERRORS).
+        :param time_limit: seconds after which the executor is killed (prefork only); the
+            mode's worker-lost rule applies with reason ``time_limit``.
+        :param soft_time_limit: seconds after which SoftTimeLimitExceeded is raised in the task.
         """
+        for label, value in (("time_limit", time_limit), ("soft_time_limit", soft_time_limit)):
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ConfigurationError(f"{label} must be a number of seconds > 0, got {value!r}")
+        if time_limit is not None and soft_time_limit is not None and soft_time_limit >= time_limit:
+            raise ConfigurationError(
+                f"soft_time_limit ({soft_time_limit}s) must be shorter than time_limit "
+                f"({time_limit}s): the soft limit is the task's chance to clean up first"
+            )
+        for label, classes in (
+            ("autoretry_for", autoretry_for),
+            ("dont_autoretry_for", dont_autoretry_for),
+        ):
+            if not all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
+                raise ConfigurationError(
+                    f"{label} must be a tuple of exception classes, got {classes!r}"
+                )
         if not isinstance(ack, Ack):
             raise ConfigurationError(f"ack must be an ackwise.Ack member, got {ack!r}")
         if not (isinstance(max_deliveries, int) and max_deliveries >= 1):
@@ -293,6 +335,8 @@ class App:
                 bind=bind,
                 retry=policy,
                 options=options,
+                time_limit=float(time_limit) if time_limit is not None else None,
+                soft_time_limit=float(soft_time_limit) if soft_time_limit is not None else None,
             )
             self.tasks[task_name] = t
             return t

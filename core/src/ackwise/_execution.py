@@ -6,16 +6,21 @@ This module is what executors share; it knows nothing about brokers or settlemen
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import importlib
+import signal
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ackwise import _envelope
 from ackwise._app import TaskContext
-from ackwise.errors import ConfigurationError
+from ackwise.errors import ConfigurationError, SoftTimeLimitExceeded
 
 if TYPE_CHECKING:
     from ackwise._app import App
@@ -85,8 +90,13 @@ class Runner:
                     task, env.id, job.attempt, retries, env.queue, env.headers, job.receipt
                 )
                 args = [ctx, *args]
+            soft = task.soft_time_limit
             if task.is_async:
-                self._run_async(task.fn(*args, **env.kwargs))
+                coro = task.fn(*args, **env.kwargs)
+                self._run_async(_soft_limited(coro, soft) if soft else coro)
+            elif soft:
+                with _soft_limit(soft):
+                    task.fn(*args, **env.kwargs)
             else:
                 task.fn(*args, **env.kwargs)
         except BaseException as exc:
@@ -114,6 +124,61 @@ class Runner:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
+
+
+async def _soft_limited(coro: Any, seconds: float) -> Any:
+    try:
+        return await asyncio.wait_for(coro, seconds)
+    except TimeoutError:
+        raise SoftTimeLimitExceeded(f"soft time limit of {seconds}s exceeded") from None
+
+
+_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+_async_exc.argtypes = [ctypes.c_ulong, ctypes.py_object]
+
+
+@contextlib.contextmanager
+def _soft_limit(seconds: float) -> Iterator[None]:
+    """Raise SoftTimeLimitExceeded in this thread after ``seconds`` (in Python code).
+
+    The main thread (a prefork child) uses SIGALRM; other threads get an asynchronous
+    exception from a timer, cleared again if the task finished first.
+    """
+    message = f"soft time limit of {seconds}s exceeded"
+    if threading.current_thread() is threading.main_thread():
+
+        def on_alarm(signum: int, frame: object) -> None:
+            raise SoftTimeLimitExceeded(message)
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        return
+    tid = threading.get_ident()
+    lock = threading.Lock()
+    state = {"done": False, "fired": False}
+
+    def fire() -> None:
+        with lock:
+            if not state["done"]:
+                state["fired"] = True
+                _async_exc(tid, ctypes.py_object(SoftTimeLimitExceeded))
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with lock:
+            state["done"] = True
+            timer.cancel()
+            if state["fired"]:
+                _async_exc(tid, ctypes.py_object())  # NULL: drop it if still pending
 
 
 def describe(exc: BaseException) -> str:

@@ -40,8 +40,10 @@ class Outcome(enum.Enum):
 
     #: Received with a delivery count above ``max_deliveries`` (a crash loop): not run.
     OVER_LIMIT = "over_limit"
-    #: The body cannot become a runnable task (undecodable, unknown task…): not run.
+    #: The body cannot become a runnable task (undecodable, bad envelope…): not run.
     REJECTED = "rejected"
+    #: No task of that name is registered here (yet: a rolling deploy may be under way).
+    UNKNOWN_TASK = "unknown_task"
     #: The task body is about to start.
     STARTING = "starting"
     #: The task returned.
@@ -127,7 +129,8 @@ def settle(
     :param attempt: the delivery count of this delivery (1 for the first delivery).
     :param max_deliveries: bound on deliveries of one message; crash loops end there.
     :param retry_delay: for ``FAILED``: the delay of the retry that is due, or ``None`` when no
-        retry is left or the error is not retryable.
+        retry is left or the error is not retryable; for ``UNKNOWN_TASK``: the delay before
+        the message is offered again (``max_deliveries`` then bounds how often).
     :param reason: for ``REJECTED``: why (``decode_error``, ``unknown_task``, …); for
         ``EXECUTOR_LOST``: the cause (``worker_lost`` by default, or ``time_limit``).
     """
@@ -153,6 +156,11 @@ def settle(
         return DeadLetterMessage("max_deliveries")
     if outcome is Outcome.REJECTED:
         return DeadLetterMessage(reason or "rejected")
+    if outcome is Outcome.UNKNOWN_TASK:
+        # Survive a rolling deploy: offer it again a bounded number of times, then park it.
+        if retry_delay is not None and attempt < max_deliveries:
+            return NackMessage(max(0.0, retry_delay))
+        return DeadLetterMessage("unknown_task")
     if outcome is Outcome.NOT_STARTED:
         return _NACK_NOW
     if outcome is Outcome.ABANDONED:

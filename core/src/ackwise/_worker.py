@@ -38,6 +38,7 @@ from ackwise._semantics import (
 from ackwise._spi import Adapter, Delivery, LeaseExtension, Outgoing, QueueSpec
 from ackwise.errors import (
     AdapterError,
+    BrokerUnavailable,
     ConfigurationError,
     EnvelopeError,
     StaleReceipt,
@@ -72,6 +73,12 @@ class WorkerConfig:
     #: How long one idle receive may block (also bounds the reaction to a stop request).
     poll: float = 1.0
     app_path: str | None = None
+    #: A message naming an unknown task is offered again after this delay (a rolling deploy
+    #: may bring the task), up to ``unknown_task_deliveries`` deliveries, then dead-lettered.
+    unknown_task_delay: float = 5.0
+    unknown_task_deliveries: int = 3
+    #: Give up (exit with an error) when the broker stays unreachable this long.
+    broker_timeout: float = 60.0
 
     def validate(self, app: App, adapter_cls: type[Adapter]) -> None:
         if self.pool not in POOLS:
@@ -97,16 +104,29 @@ class WorkerConfig:
             raise ConfigurationError(
                 f"--lease {self.lease}s is longer than the broker allows ({caps.max_lease}s)"
             )
+        if self.unknown_task_delay < 0 or self.unknown_task_deliveries < 1:
+            raise ConfigurationError(
+                "unknown_task_delay must be >= 0 and unknown_task_deliveries >= 1"
+            )
+        if not self.broker_timeout > 0:
+            raise ConfigurationError(f"--broker-timeout must be > 0, got {self.broker_timeout}")
+        hard = sorted(t.name for t in app.tasks.values() if t.time_limit is not None)
+        if hard and self.pool != "prefork":
+            raise ConfigurationError(
+                f"tasks {hard} have a hard time_limit, which only the prefork pool can enforce "
+                f"(a thread cannot be killed); use --pool prefork, or give them only a "
+                "soft_time_limit"
+            )
         if caps.lease_extension is LeaseExtension.NONE:
             long = [
                 t.name
                 for t in app.tasks.values()
-                if t.options.get("time_limit") and t.options["time_limit"] > self.lease
+                if t.time_limit is None or t.time_limit > self.lease
             ]
             if long:
                 raise ConfigurationError(
                     f"the broker cannot extend leases and tasks {long} may run longer than "
-                    f"--lease {self.lease}s: raise --lease or lower their time_limit"
+                    f"--lease {self.lease}s: give them a time_limit within the lease"
                 )
         if self.pool == "prefork" and not self.app_path:
             raise ConfigurationError(
@@ -178,6 +198,8 @@ class Worker:
         self._stopped = threading.Event()
         self._ready = threading.Event()
         self._executor: Executor | None = None
+        self._kill_reason: dict[int, str] = {}
+        self._hard_limits = any(t.time_limit is not None for t in app.tasks.values())
         self._queue_cycle = itertools.cycle(self.config.queues)
         self._hooks = {
             name: app.plugins.emitter(f"ackwise_task_{name}")
@@ -273,11 +295,13 @@ class Worker:
         # Successful late acks wait up to ACK_DELAY (or ACK_BATCH of them) to share one broker
         # call; a crash in that window redelivers them, which at-least-once allows.
         ack_due = 0.0
+        failing_since = 0.0
         while True:
             try:
                 if backoff:
                     self._reconnect(backoff)
                     backoff = 0.0
+                    failing_since = 0.0
                     if acks:
                         self._ack(acks)
                 # 1. stopping?
@@ -309,6 +333,9 @@ class Worker:
                 # 4. start buffered tasks on free slots
                 if self._buffer and not self._stop_requested:
                     self._start(executor)
+                hard_deadline = float("inf")
+                if self._hard_limits and self._running:
+                    hard_deadline = self._enforce_time_limits(executor)
                 if acks and (
                     len(acks) >= ACK_BATCH
                     or now >= ack_due
@@ -340,17 +367,59 @@ class Worker:
                         deadlines.append(grace_deadline)
                     if acks:
                         deadlines.append(ack_due)
+                    if hard_deadline != float("inf"):
+                        deadlines.append(time.monotonic() + hard_deadline - time.time())
                     timeout = min(timeout, max(0.0, min(deadlines) - time.monotonic()))
                     self._drain_completions(acks, block=timeout)
             except TransientAdapterError as exc:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > cfg.broker_timeout:
+                    log.error(
+                        "broker %s unreachable for %.0fs (last error: %s); giving up",
+                        self.app.broker,
+                        cfg.broker_timeout,
+                        exc,
+                    )
+                    self._cold_stop(executor)
+                    raise BrokerUnavailable(
+                        f"broker {self.app.broker} unreachable for {cfg.broker_timeout:.0f}s "
+                        f"(--broker-timeout); last error: {exc}"
+                    ) from exc
                 backoff = min(max(backoff * 2, 0.1), 5.0)
                 log.warning("broker error (%s); reconnecting in %.1fs", exc, backoff)
+            except AdapterError as exc:
+                # Permanent (bad credentials, a missing queue…): retrying cannot help.
+                log.error("broker error that retrying cannot fix: %s", exc)
+                self._cold_stop(executor)
+                raise
             except _Fatal as exc:
                 log.error("worker cannot go on: %s", exc)
                 if acks:
                     self._ack(acks)
                 self._cold_stop(executor)
                 return 1
+
+    def _enforce_time_limits(self, executor: Executor) -> float:
+        """Kill executors past their task's hard time limit; return the next deadline (wall)."""
+        now = time.time()
+        next_deadline = float("inf")
+        for job_id, h in self._running.items():
+            limit = h.task.time_limit
+            if limit is None or job_id in self._kill_reason:
+                continue
+            deadline = h.started + limit
+            if now >= deadline:
+                if isinstance(executor, PreforkExecutor) and executor.kill_job(job_id):
+                    self._kill_reason[job_id] = "time_limit"
+                    log.warning(
+                        "task %s message %s exceeded its time_limit of %.1fs: executor killed",
+                        h.task.name,
+                        h.delivery.message_id,
+                        limit,
+                    )
+            else:
+                next_deadline = min(next_deadline, deadline)
+        return next_deadline
 
     def _reconnect(self, delay: float) -> None:
         time.sleep(delay)
@@ -390,7 +459,40 @@ class Worker:
             return
         task = self.app.tasks.get(env.task)
         if task is None:
-            self._reject(d, "unknown_task", f"no task named {env.task!r} is registered", env)
+            cfg = self.config
+            decision = settle(
+                Ack.LATE,
+                Outcome.UNKNOWN_TASK,
+                attempt=d.attempt,
+                max_deliveries=cfg.unknown_task_deliveries,
+                retry_delay=cfg.unknown_task_delay,
+            )
+            detail = f"no task named {env.task!r} is registered in app {self.app.name!r}"
+            if isinstance(decision, DeadLetterMessage):
+                log.error(
+                    "message %s on %s dead-lettered (unknown_task): %s after %d deliveries",
+                    d.message_id,
+                    d.queue,
+                    detail,
+                    d.attempt,
+                )
+                self._dead_letter(d, None, env, decision, detail, None)
+            else:
+                log.warning(
+                    "message %s on %s: %s; offered again in %.1fs (delivery %d of %d)",
+                    d.message_id,
+                    d.queue,
+                    detail,
+                    cfg.unknown_task_delay,
+                    d.attempt,
+                    cfg.unknown_task_deliveries,
+                )
+                assert isinstance(decision, NackMessage)
+                try:
+                    self.adapter.nack(d, delay=decision.delay)
+                except StaleReceipt as exc:
+                    self._report_stale(exc, "nack")
+                self._emit_raw("returned", d, env.task, reason="unknown_task", delay=decision.delay)
             return
         if d.attempt > task.max_deliveries:
             decision = settle(
@@ -501,6 +603,7 @@ class Worker:
             acks.append(d)  # settled in one batch with the others of this round
 
     def _executor_lost(self, job_id: int, reason: str) -> None:
+        reason = self._kill_reason.pop(job_id, reason)
         h = self._running.pop(job_id, None)
         if h is None:  # pragma: no cover
             return

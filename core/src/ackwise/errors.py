@@ -14,6 +14,7 @@ Every error ackwise raises on purpose is an :class:`AckwiseError`::
     │   ├── DecodeError               not JSON / not an envelope
     │   └── UnknownEnvelopeVersion    a newer producer wrote it
     ├── UnknownTask                   no task registered under that name
+    ├── SoftTimeLimitExceeded         raised inside a task at its soft_time_limit
     └── AdapterError                  raised by adapters (mapped from driver errors)
         ├── TransientAdapterError     retrying later may succeed (connection lost, timeout)
         │   └── BrokerUnavailable     the broker cannot be reached
@@ -49,6 +50,7 @@ __all__ = [
     "PermanentAdapterError",
     "PublishError",
     "QueueNotFound",
+    "SoftTimeLimitExceeded",
     "StaleReceipt",
     "TransientAdapterError",
     "UnknownBrokerScheme",
@@ -130,6 +132,10 @@ class UnknownEnvelopeVersion(EnvelopeError):
 
 class UnknownTask(AckwiseError, LookupError):
     """No task is registered under the envelope's task name."""
+
+
+class SoftTimeLimitExceeded(AckwiseError):
+    """Raised inside a task when its ``soft_time_limit`` has passed: clean up and return."""
 
 
 class AdapterError(AckwiseError):
