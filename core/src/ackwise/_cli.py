@@ -57,6 +57,24 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--grace", type=_positive_float, default=30.0, help="seconds running tasks get on SIGTERM"
     )
+    w.add_argument(
+        "--unknown-task-delay",
+        type=_positive_float,
+        default=5.0,
+        help="seconds before a message of an unknown task is offered again (rolling deploys)",
+    )
+    w.add_argument(
+        "--unknown-task-deliveries",
+        type=int,
+        default=3,
+        help="deliveries of an unknown task's message before it is dead-lettered",
+    )
+    w.add_argument(
+        "--broker-timeout",
+        type=_positive_float,
+        default=60.0,
+        help="give up when the broker stays unreachable this many seconds",
+    )
     w.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("stats", help="show queue depths", description="Show per-queue state.")
@@ -103,6 +121,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         lease=args.lease,
         grace=args.grace,
         app_path=args.app,
+        unknown_task_delay=args.unknown_task_delay,
+        unknown_task_deliveries=args.unknown_task_deliveries,
+        broker_timeout=args.broker_timeout,
     )
     worker = Worker(app, config)
     worker.install_signal_handlers()

@@ -306,6 +306,7 @@ class Harness:
         grace: float | None = None,
         url: str | None = None,
         wait_ready: bool = True,
+        extra_args: Sequence[str] = (),
     ) -> WorkerHandle:
         """Start a worker on the case's queue."""
         lease = self.lease if lease is None else lease
@@ -329,6 +330,7 @@ class Harness:
             args += ["--prefetch", str(prefetch)]
         if grace is not None:
             args += ["--grace", str(grace)]
+        args += list(extra_args)
         env = dict(self._env)
         if url is not None:
             env["ACKWISE_BROKER_URL"] = url

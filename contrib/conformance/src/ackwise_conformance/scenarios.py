@@ -554,7 +554,8 @@ def c16(h: Harness) -> None:
         h.queue, [Outgoing(garbage_id, b"\xff\x00 not an envelope"), Outgoing(unknown_id, unknown)]
     )
     h.publish(["after"])
-    h.worker(pool="threads", concurrency=1)
+    # An unknown task is offered again a few times (rolling deploys), then dead-lettered.
+    h.worker(pool="threads", concurrency=1, extra_args=["--unknown-task-delay", str(h.t(0.2))])
     h.wait_for("end", key="after")
     eventually(lambda: h.stats().dead == 2, h.patience, description="two dead letters")
     h.drain()
