@@ -2,6 +2,7 @@
 
 from ackwise._app import TRANSIENT_ERRORS, App, Retry, RetryPolicy, Signature, Task, TaskContext
 from ackwise._envelope import ENVELOPE_VERSION, Attempt, Envelope
+from ackwise._envelope import decode as decode_envelope
 from ackwise._hookspecs import hookimpl
 from ackwise._plugins import AdapterRegistry, Plugins, get_plugins, open_adapter
 from ackwise._semantics import (
@@ -68,6 +69,7 @@ __all__ = [
     "Worker",
     "WorkerConfig",
     "__version__",
+    "decode_envelope",
     "get_plugins",
     "hookimpl",
     "open_adapter",

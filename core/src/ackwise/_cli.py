@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print JSON")
     a.set_defaults(func=cmd_adapters)
 
+    from ackwise._dlq import add_parser as add_dlq
+
+    add_dlq(sub)
     get_plugins().add_commands(sub)
     return parser
 
@@ -148,8 +151,9 @@ def _stats_rows(broker: str, queues: list[str]) -> list[QueueStats]:
         adapter.close()
 
 
-def cmd_stats(args: argparse.Namespace) -> int:
-    queues: list[str] = list(args.queues)
+def resolve_broker(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The broker URL and queues named by ``MODULE:APP``, ``--broker`` and ``-Q``."""
+    queues = args.queues if isinstance(args.queues, list) else _queues(args.queues)
     broker = args.broker
     if args.app:
         from ackwise._execution import load_app
@@ -158,6 +162,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
         broker = broker or app.broker_url
         queues = queues or app.queues()
     broker = broker or os.environ.get("ACKWISE_BROKER_URL") or "sqlite:///ackwise.db"
+    return broker, list(queues)
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    broker, queues = resolve_broker(args)
     rows = _stats_rows(broker, queues)
     if args.json:
         print(
@@ -168,7 +177,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     print(f"broker: {redact_url(broker)}")
     print(
-        _table(
+        table(
             ["queue", "ready", "delayed", "in flight", "dead", "oldest age"],
             [
                 [r.queue, r.ready, r.delayed, r.in_flight, r.dead, f"{r.oldest_age:.1f}s"]
@@ -207,11 +216,11 @@ def cmd_adapters(args: argparse.Namespace) -> int:
                 f"{k}={v}" for k, v in caps.items() if v not in (None, False) or k == "native_delay"
             )
         rows.append([item["scheme"], item["distribution"], item["adapter"], desc])
-    print(_table(["scheme", "distribution", "adapter", "capabilities"], rows))
+    print(table(["scheme", "distribution", "adapter", "capabilities"], rows))
     return 0
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> str:
+def table(header: list[str], rows: list[list[Any]]) -> str:
     cells = [header, *[[str(c) for c in r] for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]

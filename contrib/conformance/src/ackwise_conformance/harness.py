@@ -266,12 +266,15 @@ class Harness:
         *,
         countdown: float | None = None,
         mode: Ack | None = None,
+        headers: dict[str, Any] | None = None,
     ) -> list[str]:
         """Publish one task per key (one batch), journalling invoke / ok / failed."""
         task = self.app.tasks[task_name(mode or self.mode)]
         options: dict[str, Any] = {"queue": self.queue}
         if countdown is not None:
             options["countdown"] = countdown
+        if headers:
+            options["headers"] = headers
         calls = []
         for key in keys:
             sig = task.s(key, plan or {})

@@ -573,7 +573,43 @@ def c16(h: Harness) -> None:
     na_modes={EARLY: "no EARLY cell in the catalogue"},
 )
 def c17(h: Harness) -> None:
-    raise Pending("needs dead-letter replay (`ackwise dlq replay`, the failure-handling issue)")
+    from ackwise import decode_envelope
+    from ackwise.cli import main as ackwise_cli
+
+    [mid] = h.publish(["buggy"], {"fatal_unless_gate": "fixed"}, headers={"trace": "t-17"})
+    h.worker(pool="threads", concurrency=1)
+    eventually(lambda: h.stats().dead == 1, h.patience, description="the dead letter")
+    [dead] = h.dead_letters()
+    env = decode_envelope(dead.body)
+    expect(dead.message_id == mid and dead.reason == "failed", f"dead letter {dead}", h, mid)
+    expect(
+        env.args[0] == "buggy" and env.headers == {"trace": "t-17"},
+        f"body or headers not preserved: {env}",
+        h,
+        mid,
+    )
+    expect(
+        [a.outcome for a in env.history] == ["failed"] and env.history[0].error,
+        f"attempt history not preserved: {env.history}",
+        h,
+        mid,
+    )
+    h.open_gate("fixed")  # the bug is fixed; replay it
+    replay = ["dlq", "replay", "--broker", h.broker.url, "-Q", h.queue, "--id", mid]
+    expect(ackwise_cli(replay) == 0, "ackwise dlq replay failed")
+    expect(ackwise_cli(replay) == 0, "a second ackwise dlq replay failed")  # finds nothing
+    h.wait_for("end", key="buggy")
+    h.drain()
+    h.quiet(h.lease)
+    hist = h.history()
+    fate = hist.by_key("buggy")
+    expect(
+        len(fate.ends) == 1 and fate.executions == 2,
+        "the replayed message must run exactly once",
+        h,
+        mid,
+    )
+    hist.expect_broker_settled(dead=0)
 
 
 def _proxied_workers(h: Harness, fault: Callable[[Any], None]) -> None:

@@ -16,6 +16,8 @@ A plan (the ``plan`` keyword argument) says what one execution does, in this ord
     raise a retryable error while fewer than ``n`` retries happened.
 ``fatal``: true
     raise a non-retryable error.
+``fatal_unless_gate``: name
+    raise a non-retryable error unless the gate is open (a bug fixed before a replay).
 """
 
 from __future__ import annotations
@@ -94,6 +96,9 @@ def _execute(ctx: TaskContext, key: str, plan: dict[str, Any]) -> None:
     if ctx.retries < int(plan.get("fail_times", 0)):
         _journal("fail", ctx, key, retryable=True)
         raise Retryable(f"planned failure {ctx.retries + 1}")
+    if plan.get("fatal_unless_gate") and not _gate_open(plan["fatal_unless_gate"], ctx.attempt):
+        _journal("fail", ctx, key, retryable=False)
+        raise NonRetryable("planned failure until the gate opens")
     if plan.get("fatal"):
         _journal("fail", ctx, key, retryable=False)
         raise NonRetryable("planned non-retryable failure")
