@@ -111,7 +111,7 @@ class Runner:
                 duration,
                 retry_delay,
                 describe(exc),
-                "".join(traceback.format_exception(exc))[-_TRACEBACK_LIMIT:],
+                _format_traceback(exc),
             )
         return Result(job.job_id, OK, time.perf_counter() - start)
 
@@ -124,6 +124,15 @@ class Runner:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
+
+
+def _format_traceback(exc: BaseException) -> str:
+    """The traceback from the task's own frames on (the runner's frame is noise)."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    return text[-_TRACEBACK_LIMIT:]
 
 
 async def _soft_limited(coro: Any, seconds: float) -> Any:
