@@ -143,6 +143,27 @@ TABLE = [
         DeadLetterMessage("bad_envelope"),
     ),
     (
+        "idempotency key done -> acked without running",
+        E,
+        Outcome.ALREADY_DONE,
+        {},
+        AckMessage(),
+    ),
+    (
+        "idempotency key done -> acked without running (late)",
+        L,
+        Outcome.ALREADY_DONE,
+        {},
+        AckMessage(),
+    ),
+    (
+        "idempotency key held by a live execution -> checked again later",
+        R,
+        Outcome.KEY_BUSY,
+        {"retry_delay": 2.0},
+        RetryMessage(2.0, original_settled=False),
+    ),
+    (
         "unknown task -> offered again later (rolling deploy)",
         E,
         Outcome.UNKNOWN_TASK,
@@ -185,7 +206,12 @@ def test_settle_follows_the_semantics_table(mode, outcome, kwargs, expected):
 def test_every_mode_and_outcome_has_a_row():
     covered = {(m, o) for _, m, o, _, _ in TABLE}
     for outcome in Outcome:
-        if outcome in (Outcome.REJECTED, Outcome.UNKNOWN_TASK):
+        if outcome in (
+            Outcome.REJECTED,
+            Outcome.UNKNOWN_TASK,
+            Outcome.ALREADY_DONE,
+            Outcome.KEY_BUSY,
+        ):
             continue  # mode-independent: the task (and so its mode) is unknown
         for mode in Ack:
             if outcome is Outcome.OVER_LIMIT or (mode, outcome) in covered:

@@ -143,6 +143,7 @@ class Task(Generic[P, R]):
         options: dict[str, Any],
         time_limit: float | None = None,
         soft_time_limit: float | None = None,
+        idempotency_key: Callable[..., str] | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -155,6 +156,7 @@ class Task(Generic[P, R]):
         self.options = options
         self.time_limit = time_limit
         self.soft_time_limit = soft_time_limit
+        self.idempotency_key = idempotency_key
         self.is_async = inspect.iscoroutinefunction(fn)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -207,6 +209,8 @@ class App:
 
     :param broker: the broker URL; default ``$ACKWISE_BROKER_URL``, else
         ``sqlite:///ackwise.db`` (the embedded default).  An unknown scheme is an error.
+    :param idempotency_store: URL of the idempotency key store (``sqlite:///…``,
+        ``postgresql://…``, ``redis://…``); default: the broker's own where it has one.
     """
 
     def __init__(
@@ -216,6 +220,7 @@ class App:
         *,
         default_queue: str = "default",
         plugins: Plugins | None = None,
+        idempotency_store: str | None = None,
     ) -> None:
         self.name = name
         self.broker_url = broker or os.environ.get("ACKWISE_BROKER_URL") or DEFAULT_BROKER
@@ -224,6 +229,13 @@ class App:
         # Fail now on an unknown scheme: never fall back to another broker.
         self._adapter_cls = self.plugins.adapters.get(parsed.scheme).load()
         self._broker = parsed
+        #: Where idempotency keys live: the given URL, else the broker's own store if its
+        #: adapter provides one (SQLite: the same file; memory: in-process).
+        self.idempotency_store_url: str | None = idempotency_store or (
+            self.broker_url
+            if self.plugins.adapters.idempotency_store(parsed.scheme) is not None
+            else None
+        )
         self.default_queue = check_queue_name(default_queue)
         self.tasks: dict[str, Task[..., Any]] = {}
         self._producer: Adapter | None = None
@@ -254,6 +266,7 @@ class App:
         retry_jitter: bool = ...,
         time_limit: float | None = ...,
         soft_time_limit: float | None = ...,
+        idempotency_key: Callable[..., str] | None = ...,
         **options: Any,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
@@ -275,6 +288,7 @@ class App:
         retry_jitter: bool = True,
         time_limit: float | None = None,
         soft_time_limit: float | None = None,
+        idempotency_key: Callable[..., str] | None = None,
         **options: Any,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a task.  Usable bare (``@app.task``) or with options.
@@ -286,7 +300,14 @@ class App:
         :param time_limit: seconds after which the executor is killed (prefork only); the
             mode's worker-lost rule applies with reason ``time_limit``.
         :param soft_time_limit: seconds after which SoftTimeLimitExceeded is raised in the task.
+        :param idempotency_key: called with the task's arguments, returns the key under which
+            the call has one effect (see docs/idempotency.md).
         """
+        if idempotency_key is not None and not callable(idempotency_key):
+            raise ConfigurationError(
+                f"idempotency_key must be a callable taking the task's arguments, got "
+                f"{idempotency_key!r}"
+            )
         for label, value in (("time_limit", time_limit), ("soft_time_limit", soft_time_limit)):
             if value is not None and (
                 isinstance(value, bool)
@@ -337,6 +358,7 @@ class App:
                 options=options,
                 time_limit=float(time_limit) if time_limit is not None else None,
                 soft_time_limit=float(soft_time_limit) if soft_time_limit is not None else None,
+                idempotency_key=idempotency_key,
             )
             self.tasks[task_name] = t
             return t

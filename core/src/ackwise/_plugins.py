@@ -85,7 +85,35 @@ class AdapterRegistry:
 
     def __init__(self) -> None:
         self._entries: dict[str, AdapterEntry] = {}
+        self._stores: dict[str, tuple[str, str]] = {}  # scheme -> (import path, plugin)
         self._current_plugin = "?"
+
+    def add_idempotency_store(self, scheme: str, import_path: str) -> None:
+        """Register an :class:`ackwise.IdempotencyStore` class for ``scheme://`` URLs (lazy)."""
+        scheme = scheme.lower()
+        if scheme in self._stores:
+            raise ConfigurationError(
+                f"idempotency store scheme {scheme!r} is registered twice: by "
+                f"{self._stores[scheme][1]} and by {self._current_plugin}"
+            )
+        self._stores[scheme] = (import_path, self._current_plugin)
+
+    def idempotency_store(self, scheme: str) -> type[Any] | None:
+        """The store class for ``scheme``, or ``None`` when no plugin provides one."""
+        entry = self._stores.get(scheme.lower())
+        if entry is None:
+            return None
+        module_name, _, attr = entry[0].partition(":")
+        try:
+            cls: type[Any] = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigurationError(
+                f"idempotency store for {scheme!r} ({entry[0]}) cannot be imported: {exc}"
+            ) from exc
+        return cls
+
+    def idempotency_schemes(self) -> list[str]:
+        return sorted(self._stores)
 
     def add(self, scheme: str, import_path: str, *, distribution: str = "?") -> None:
         """Register ``import_path`` (``"module:Class"``) for URLs starting ``scheme://``.

@@ -56,6 +56,10 @@ class Outcome(enum.Enum):
     NOT_STARTED = "not_started"
     #: Still running when the worker stopped cold (grace exceeded, second signal).
     ABANDONED = "abandoned"
+    #: Its idempotency key completed before: the effect happened; not run.
+    ALREADY_DONE = "already_done"
+    #: Its idempotency key is held by a live execution: not run now.
+    KEY_BUSY = "key_busy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +167,11 @@ def settle(
         return DeadLetterMessage("unknown_task")
     if outcome is Outcome.NOT_STARTED:
         return _NACK_NOW
+    if outcome is Outcome.ALREADY_DONE:
+        return _ACK
+    if outcome is Outcome.KEY_BUSY:
+        # Checked again later, as a new message: waiting must not use up max_deliveries.
+        return RetryMessage(max(0.0, retry_delay or 0.0), original_settled=False)
     if outcome is Outcome.ABANDONED:
         # Cold stop: early messages were acked before they started (lost with the task);
         # late ones come back when the lease expires or the connection closes.

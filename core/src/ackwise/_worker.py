@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ackwise import _envelope
 from ackwise._execution import FAILED, Job, Result
 from ackwise._executors import Completion, Executor, PreforkExecutor, ThreadExecutor
+from ackwise._idempotency import Claim, IdempotencyStore, open_store
 from ackwise._semantics import (
     Ack,
     AckMessage,
@@ -110,6 +111,13 @@ class WorkerConfig:
             )
         if not self.broker_timeout > 0:
             raise ConfigurationError(f"--broker-timeout must be > 0, got {self.broker_timeout}")
+        keyed = sorted(t.name for t in app.tasks.values() if t.idempotency_key is not None)
+        if keyed and app.idempotency_store_url is None:
+            raise ConfigurationError(
+                f"tasks {keyed} have an idempotency_key but broker {app.broker} has no "
+                "idempotency store: set App(idempotency_store='sqlite:///…' or "
+                "'postgresql://…')"
+            )
         hard = sorted(t.name for t in app.tasks.values() if t.time_limit is not None)
         if hard and self.pool != "prefork":
             raise ConfigurationError(
@@ -149,6 +157,8 @@ class _Held:
     job_id: int
     started: float = 0.0
     lease_lost: bool = False
+    #: The idempotency key this execution holds in the store (``None``: no key).
+    idem_key: str | None = None
 
 
 @dataclass
@@ -199,6 +209,8 @@ class Worker:
         self._ready = threading.Event()
         self._executor: Executor | None = None
         self._kill_reason: dict[int, str] = {}
+        self._idem_store: IdempotencyStore | None = None
+        self._idem_warned = False
         self._hard_limits = any(t.time_limit is not None for t in app.tasks.values())
         self._queue_cycle = itertools.cycle(self.config.queues)
         self._hooks = {
@@ -275,6 +287,11 @@ class Worker:
             status = self._loop(executor)
         finally:
             self._stopped.set()
+            if self._idem_store is not None:
+                try:
+                    self._idem_store.close()
+                except AdapterError:  # pragma: no cover
+                    log.debug("closing the idempotency store failed", exc_info=True)
             try:
                 self.adapter.close()
             except AdapterError:  # pragma: no cover - closing a broken connection
@@ -518,7 +535,9 @@ class Worker:
             return
         batch: list[_Held] = []
         while self._buffer and len(batch) < free:
-            batch.append(self._buffer.popleft())
+            h = self._buffer.popleft()
+            if self._idempotency_allows(h):
+                batch.append(h)
         early = [h.delivery for h in batch if h.task.ack is Ack.EARLY]
         stale_ids: set[int] = set()
         if early:
@@ -539,6 +558,102 @@ class Worker:
             d = h.delivery
             receipt = repr(d.receipt) if h.task.bind else ""
             executor.submit(Job(h.job_id, d.attempt, d.body, receipt))
+
+    # -- idempotency keys ------------------------------------------------------------------
+    def _key_of(self, h: _Held) -> str | None:
+        header = h.envelope.headers.get("idempotency_key")
+        if isinstance(header, str) and header:
+            return f"{h.task.name}:{header}"
+        if h.task.idempotency_key is None:
+            return None
+        key = h.task.idempotency_key(*h.envelope.args, **h.envelope.kwargs)
+        return f"{h.task.name}:{key}"
+
+    def _holder(self, h: _Held) -> str:
+        return f"{self.worker_id}:{h.job_id}:{h.delivery.attempt}"
+
+    def _idempotency_allows(self, h: _Held) -> bool:
+        """Claim the delivery's idempotency key; settle it here when it must not run."""
+        try:
+            key = self._key_of(h)
+        except Exception as exc:
+            detail = f"idempotency_key of {h.task.name} raised {exc!r}"
+            log.error("message %s dead-lettered: %s", h.delivery.message_id, detail)
+            self._dead_letter(
+                h.delivery,
+                h.task,
+                h.envelope,
+                DeadLetterMessage("failed"),
+                detail,
+                None,
+            )
+            return False
+        if key is None:
+            return True
+        store = self._store()
+        if store is None:
+            return True
+        claim = store.claim(key, self._holder(h), self.config.lease)
+        d = h.delivery
+        if claim.state is Claim.RUN:
+            h.idem_key = key
+            return True
+        if claim.state is Claim.DONE:
+            log.info(
+                "message %s: idempotency key %s is done; acked without running", d.message_id, key
+            )
+            decision = settle(
+                h.task.ack,
+                Outcome.ALREADY_DONE,
+                attempt=d.attempt,
+                max_deliveries=h.task.max_deliveries,
+            )
+            self._carry_out(decision, d, h.task, h.envelope, error=None, outcome="done")
+            self._emit_raw("skipped", d, h.task.name, key=key)
+            return False
+        # Held by a live execution: look again soon, backing off up to the holder's lease.
+        waits = sum(1 for a in h.envelope.history if a.outcome == "key_busy")
+        delay = min(max(0.05, claim.retry_after), 0.25 * 2.0 ** min(waits, 20))
+        log.info(
+            "message %s: idempotency key %s is held by a live execution; checked again in %.2fs",
+            d.message_id,
+            key,
+            delay,
+        )
+        decision = settle(
+            h.task.ack,
+            Outcome.KEY_BUSY,
+            attempt=d.attempt,
+            max_deliveries=h.task.max_deliveries,
+            retry_delay=delay,
+        )
+        self._carry_out(decision, d, h.task, h.envelope, error=None, outcome="key_busy")
+        return False
+
+    def _store(self) -> IdempotencyStore | None:
+        if self._idem_store is None:
+            url = self.app.idempotency_store_url
+            if url is None:
+                if not self._idem_warned:
+                    log.warning(
+                        "a message carries an idempotency key but app %s has no "
+                        "idempotency store; it runs without one",
+                        self.app.name,
+                    )
+                    self._idem_warned = True
+                return None
+            self._idem_store = open_store(url, self.app.plugins)
+        return self._idem_store
+
+    def _idem_done(self, h: _Held, completed: bool) -> None:
+        """Mark the key done (success) or give it up (failure) — before the broker is told."""
+        if h.idem_key is None or self._idem_store is None:
+            return
+        if completed:
+            self._idem_store.complete(h.idem_key, self._holder(h))
+        else:
+            self._idem_store.release(h.idem_key, self._holder(h))
+        h.idem_key = None
 
     def _return_buffer(self) -> None:
         """Graceful stop: give every prefetched, unstarted message back at once."""
@@ -592,8 +707,10 @@ class Worker:
                 max_deliveries=task.max_deliveries,
                 retry_delay=result.retry_delay,
             )
+            self._idem_done(h, completed=False)
             self._carry_out(decision, d, task, h.envelope, error=result, outcome="failed")
             return
+        self._idem_done(h, completed=True)
         self.counters.succeeded += 1
         self._emit("succeeded", h, attempt=d.attempt, duration=result.duration)
         decision = settle(
@@ -607,6 +724,7 @@ class Worker:
         h = self._running.pop(job_id, None)
         if h is None:  # pragma: no cover
             return
+        self._idem_done(h, completed=False)  # its holder is dead: the next delivery may run
         d, task = h.delivery, h.task
         decision = settle(
             task.ack,
@@ -636,7 +754,7 @@ class Worker:
                 self.counters.returned += 1
                 self._emit_raw("returned", d, task.name, reason=outcome, delay=decision.delay)
             elif isinstance(decision, RetryMessage):
-                self._retry(decision, d, task, env, error)
+                self._retry(decision, d, task, env, error, outcome)
             elif isinstance(decision, DeadLetterMessage):
                 self._dead_letter(
                     d,
@@ -702,18 +820,32 @@ class Worker:
         task: Task[..., Any],
         env: _envelope.Envelope,
         error: Result | None,
+        outcome: str = "failed",
     ) -> None:
+        # A failure's retry is recorded as "retry" (it counts against max_retries); a wait
+        # for a busy idempotency key as "key_busy" (it does not).
+        label = "key_busy" if outcome == "key_busy" else "retry"
         new = self._annotated(
-            env, d, "retry", error.error if error else None, error.traceback if error else None
+            env, d, label, error.error if error else None, error.traceback if error else None
         )
         new.eta = time.time() + decision.delay if decision.delay else None
         # Publish first, then settle the original: a crash in between duplicates, never loses.
         self.adapter.publish(d.queue, [Outgoing(env.id, _envelope.encode(new), decision.delay)])
-        self.counters.retried += 1
-        self._emit_raw("retried", d, task.name, delay=decision.delay)
-        hook = self._hooks["retried"]
-        if hook:
-            hook(task=task.name, message_id=d.message_id, attempt=d.attempt, delay=decision.delay)
+        if label == "key_busy":
+            self._emit_raw(
+                "returned", d, task.name, reason="idempotency_busy", delay=decision.delay
+            )
+        else:
+            self.counters.retried += 1
+            self._emit_raw("retried", d, task.name, delay=decision.delay)
+            hook = self._hooks["retried"]
+            if hook:
+                hook(
+                    task=task.name,
+                    message_id=d.message_id,
+                    attempt=d.attempt,
+                    delay=decision.delay,
+                )
         if not decision.original_settled:
             self.adapter.ack([d])
 
@@ -757,6 +889,11 @@ class Worker:
             raise
 
     def _renew(self) -> None:
+        if self._idem_store is not None:
+            # Idempotency claims live as long as their execution: renewed like leases.
+            claims = [(h.idem_key, self._holder(h)) for h in self._running.values() if h.idem_key]
+            if claims:
+                self._idem_store.extend(claims, self.config.lease)
         held = [h.delivery for h in self._buffer if not h.lease_lost]
         held += [h.delivery for h in self._running.values() if not h.lease_lost]
         if not held or self.adapter.capabilities.lease_extension is not LeaseExtension.PER_MESSAGE:

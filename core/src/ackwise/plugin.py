@@ -13,3 +13,7 @@ from ackwise._plugins import AdapterRegistry
 def ackwise_register_adapters(registry: AdapterRegistry) -> None:
     registry.add("memory", "ackwise._memory:MemoryAdapter", distribution="ackwise")
     registry.add("sqlite", "ackwise._sqlite:SQLiteAdapter", distribution="ackwise")
+    registry.add_idempotency_store("memory", "ackwise._idempotency:MemoryIdempotencyStore")
+    registry.add_idempotency_store("sqlite", "ackwise._idempotency:SQLiteIdempotencyStore")
+    registry.add_idempotency_store("postgresql", "ackwise._idempotency:PostgresIdempotencyStore")
+    registry.add_idempotency_store("postgres", "ackwise._idempotency:PostgresIdempotencyStore")

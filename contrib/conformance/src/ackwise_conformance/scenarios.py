@@ -705,7 +705,31 @@ def c21(h: Harness) -> None:
 
 @scenario("C22", "duplicate publish with the same idempotency key")
 def c22(h: Harness) -> None:
-    raise Pending("needs idempotency keys (the periodic-tasks and idempotency issue)")
+    key = {"idempotency_key": f"order-{uuid.uuid4().hex[:8]}"}
+    h.publish(["dup-a"], headers=key)
+    h.publish(["dup-b"], headers=key)
+    h.worker(pool="threads", concurrency=2)
+    h.drain()
+    h.quiet(h.lease * 0.5)
+    ends = h.journal.records(ev="end", key="dup-a") + h.journal.records(ev="end", key="dup-b")
+    expect(len(ends) == 1, f"two publishes with one idempotency key had {len(ends)} effects")
+    h.history().expect_broker_settled(dead=0)
+    if h.mode is not ROL or not h.multi_process:
+        return
+    # The first execution is killed mid-run; the requeued delivery takes the key over.
+    key2 = {"idempotency_key": f"order-{uuid.uuid4().hex[:8]}"}
+    h.worker(pool="prefork", concurrency=1)
+    h.publish(["victim"], {"gate": "victim"}, headers=key2)
+    child = _executor_pid(h, "victim")
+    h.open_gate("victim-2")
+    h.kill_pid(child)
+    h.wait_for("end", key="victim", attempt=2)
+    h.publish(["victim-dup"], headers=key2)
+    h.drain()
+    h.quiet(h.lease * 0.5)
+    ends = h.journal.records(ev="end", key="victim") + h.journal.records(ev="end", key="victim-dup")
+    expect(len(ends) == 1, f"one idempotency key, a killed first run: {len(ends)} effects")
+    h.history().expect_broker_settled(dead=0)
 
 
 @scenario("C23", "publish to a missing / misconfigured queue")

@@ -1,0 +1,366 @@
+"""Idempotency keys (DESIGN §7): a redelivered or duplicated message has one effect.
+
+A task declared with ``idempotency_key=callable`` (or a message carrying the header
+``idempotency_key``, as beat's fenced fires do) is claimed in a store before it runs:
+
+``DONE``  the key completed before: the message is acked without running;
+``BUSY``  a live execution holds it: the message is offered again after the holder's lease;
+``RUN``   new, or its holder died (the lease ran out): this execution takes it.
+
+Claims are held with a lease that the worker renews with the delivery's own lease, so a key
+whose holder crashed is taken over after one lease, and a long task keeps its key.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ackwise._spi import BrokerURL
+from ackwise.errors import (
+    BrokerUnavailable,
+    ConfigurationError,
+    PermanentAdapterError,
+    TransientAdapterError,
+)
+
+__all__ = [
+    "Claim",
+    "ClaimResult",
+    "IdempotencyStore",
+    "MemoryIdempotencyStore",
+    "PostgresIdempotencyStore",
+    "SQLiteIdempotencyStore",
+    "holder_id",
+    "open_store",
+]
+
+#: How long a completed key is remembered (seconds) unless the store is told otherwise.
+DONE_TTL = 7 * 24 * 3600.0
+
+
+class Claim(enum.Enum):
+    RUN = "run"
+    DONE = "done"
+    BUSY = "busy"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    state: Claim
+    #: For BUSY: seconds until the holder's lease runs out.
+    retry_after: float = 0.0
+
+
+class IdempotencyStore(abc.ABC):
+    """Where idempotency keys live.  Called from the worker's consumer thread only."""
+
+    scheme: ClassVar[str] = "?"
+
+    def __init__(self, url: BrokerURL, *, done_ttl: float = DONE_TTL) -> None:
+        self.url = url
+        self.done_ttl = done_ttl
+
+    @abc.abstractmethod
+    def open(self) -> None: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def claim(self, key: str, holder: str, lease: float) -> ClaimResult:
+        """Atomically: take ``key`` for ``holder`` for ``lease`` seconds, or say why not."""
+
+    @abc.abstractmethod
+    def extend(self, claims: Sequence[tuple[str, str]], lease: float) -> None:
+        """Move the lease of each (key, holder) that still holds its key."""
+
+    @abc.abstractmethod
+    def complete(self, key: str, holder: str) -> None:
+        """Mark ``key`` done: later claims answer DONE (for ``done_ttl`` seconds)."""
+
+    @abc.abstractmethod
+    def release(self, key: str, holder: str) -> None:
+        """Give ``key`` up (the execution failed): the next claim may run it."""
+
+
+# -- memory -------------------------------------------------------------------------------------
+class _MemoryState:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.keys: dict[str, tuple[str, str | None, float]] = {}  # key -> (status, holder, until)
+
+
+_memory: dict[str, _MemoryState] = {}
+_memory_lock = threading.Lock()
+
+
+class MemoryIdempotencyStore(IdempotencyStore):
+    """In-process store for ``memory://`` apps (shared by every store of the same name)."""
+
+    scheme = "memory"
+
+    def open(self) -> None:
+        name = (self.url.host + self.url.path).strip("/") or "default"
+        with _memory_lock:
+            self._state = _memory.setdefault(name, _MemoryState())
+
+    def close(self) -> None:
+        pass
+
+    def claim(self, key: str, holder: str, lease: float) -> ClaimResult:
+        now = time.time()
+        with self._state.lock:
+            current = self._state.keys.get(key)
+            if current is not None:
+                status, _, until = current
+                if status == "done" and until > now:
+                    return ClaimResult(Claim.DONE)
+                if status == "running" and until > now:
+                    return ClaimResult(Claim.BUSY, until - now)
+            self._state.keys[key] = ("running", holder, now + lease)
+            return ClaimResult(Claim.RUN)
+
+    def extend(self, claims: Sequence[tuple[str, str]], lease: float) -> None:
+        until = time.time() + lease
+        with self._state.lock:
+            for key, holder in claims:
+                current = self._state.keys.get(key)
+                if current and current[0] == "running" and current[1] == holder:
+                    self._state.keys[key] = ("running", holder, until)
+
+    def complete(self, key: str, holder: str) -> None:
+        with self._state.lock:
+            self._state.keys[key] = ("done", None, time.time() + self.done_ttl)
+
+    def release(self, key: str, holder: str) -> None:
+        with self._state.lock:
+            current = self._state.keys.get(key)
+            if current and current[0] == "running" and current[1] == holder:
+                del self._state.keys[key]
+
+
+# -- SQLite -------------------------------------------------------------------------------------
+_SQLITE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ackwise_idempotency (
+    key        TEXT PRIMARY KEY,
+    status     TEXT NOT NULL,      -- 'running' or 'done'
+    holder     TEXT,
+    until      REAL NOT NULL       -- running: lease end; done: when the key is forgotten
+) WITHOUT ROWID
+"""
+
+
+class SQLiteIdempotencyStore(IdempotencyStore):
+    """Keys in the SQLite database file of an embedded broker (table ``ackwise_idempotency``)."""
+
+    scheme = "sqlite"
+
+    def open(self) -> None:
+        from ackwise._sqlite import parse_sqlite_url
+
+        path, _, _ = parse_sqlite_url(self.url)
+        self._path = path
+        self._db: sqlite3.Connection | None = None
+        try:
+            self._db = sqlite3.connect(
+                path, timeout=10.0, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA busy_timeout = 10000")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute(_SQLITE_SCHEMA)  # (a new file's WAL mode is the broker's too)
+        except sqlite3.Error as exc:
+            raise BrokerUnavailable(
+                f"idempotency store: cannot open SQLite database {path!r}: {exc}"
+            ) from exc
+
+    def close(self) -> None:
+        db = getattr(self, "_db", None)
+        if db is not None:
+            db.close()
+            self._db = None
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        db = self._db
+        if db is None:
+            raise TransientAdapterError(f"idempotency store {self.url}: not open")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.rollback()
+                raise
+        except sqlite3.OperationalError as exc:
+            raise TransientAdapterError(f"idempotency store {self._path!r}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise PermanentAdapterError(f"idempotency store {self._path!r}: {exc}") from exc
+
+    def claim(self, key: str, holder: str, lease: float) -> ClaimResult:
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT status, until FROM ackwise_idempotency WHERE key = ?", (key,)
+            ).fetchone()
+            if row is not None and row[1] > now:
+                if row[0] == "done":
+                    return ClaimResult(Claim.DONE)
+                return ClaimResult(Claim.BUSY, row[1] - now)
+            # New, or its holder's lease ran out (taken over), or a done key that expired.
+            db.execute(
+                "INSERT INTO ackwise_idempotency (key, status, holder, until) "
+                "VALUES (?, 'running', ?, ?) ON CONFLICT (key) DO UPDATE SET "
+                "status = 'running', holder = excluded.holder, until = excluded.until",
+                (key, holder, now + lease),
+            )
+            return ClaimResult(Claim.RUN)
+
+    def extend(self, claims: Sequence[tuple[str, str]], lease: float) -> None:
+        if not claims:
+            return
+        until = time.time() + lease
+        with self._tx() as db:
+            db.executemany(
+                "UPDATE ackwise_idempotency SET until = ? "
+                "WHERE key = ? AND holder = ? AND status = 'running'",
+                [(until, key, holder) for key, holder in claims],
+            )
+
+    def complete(self, key: str, holder: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE ackwise_idempotency SET status = 'done', holder = NULL, until = ? "
+                "WHERE key = ?",
+                (time.time() + self.done_ttl, key),
+            )
+
+    def release(self, key: str, holder: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "DELETE FROM ackwise_idempotency "
+                "WHERE key = ? AND holder = ? AND status = 'running'",
+                (key, holder),
+            )
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ackwise_idempotency (
+    key    text PRIMARY KEY,
+    status text NOT NULL CHECK (status IN ('running', 'done')),
+    holder text,
+    until  double precision NOT NULL
+)
+"""
+
+
+class PostgresIdempotencyStore(IdempotencyStore):
+    """Keys in PostgreSQL (``postgresql://user@host/db``; needs ``psycopg``).
+
+    The claim is one statement: ``INSERT … ON CONFLICT (key) DO UPDATE … WHERE`` the old
+    claim's lease ran out, ``RETURNING`` the holder — the database serializes racing claims.
+    """
+
+    scheme = "postgresql"
+
+    def open(self) -> None:
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise ConfigurationError(
+                "the PostgreSQL idempotency store needs psycopg: pip install 'psycopg[binary]'"
+            ) from exc
+        self._psycopg: Any = psycopg
+        try:
+            self._conn: Any = psycopg.connect(self.url.raw, autocommit=True)
+            self._conn.execute(_PG_SCHEMA)
+        except psycopg.Error as exc:
+            raise BrokerUnavailable(f"idempotency store {self.url}: {exc}") from exc
+
+    def close(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()
+            self._conn = None
+
+    def _exec(self, sql: str, params: Sequence[Any]) -> Any:
+        try:
+            return self._conn.execute(sql, params)
+        except self._psycopg.OperationalError as exc:
+            raise TransientAdapterError(f"idempotency store {self.url}: {exc}") from exc
+        except self._psycopg.Error as exc:
+            raise PermanentAdapterError(f"idempotency store {self.url}: {exc}") from exc
+
+    def claim(self, key: str, holder: str, lease: float) -> ClaimResult:
+        now = time.time()
+        row = self._exec(
+            "INSERT INTO ackwise_idempotency AS k (key, status, holder, until) "
+            "VALUES (%s, 'running', %s, %s) ON CONFLICT (key) DO UPDATE SET "
+            "status = 'running', holder = excluded.holder, until = excluded.until "
+            "WHERE k.until <= %s RETURNING holder",
+            (key, holder, now + lease, now),
+        ).fetchone()
+        if row is not None and row[0] == holder:
+            return ClaimResult(Claim.RUN)
+        row = self._exec(
+            "SELECT status, until FROM ackwise_idempotency WHERE key = %s", (key,)
+        ).fetchone()
+        if row is None:  # deleted between the two statements: try again once
+            return self.claim(key, holder, lease)
+        if row[0] == "done":
+            return ClaimResult(Claim.DONE)
+        return ClaimResult(Claim.BUSY, max(0.0, row[1] - now))
+
+    def extend(self, claims: Sequence[tuple[str, str]], lease: float) -> None:
+        until = time.time() + lease
+        for key, holder in claims:
+            self._exec(
+                "UPDATE ackwise_idempotency SET until = %s "
+                "WHERE key = %s AND holder = %s AND status = 'running'",
+                (until, key, holder),
+            )
+
+    def complete(self, key: str, holder: str) -> None:
+        self._exec(
+            "UPDATE ackwise_idempotency SET status = 'done', holder = NULL, until = %s "
+            "WHERE key = %s",
+            (time.time() + self.done_ttl, key),
+        )
+
+    def release(self, key: str, holder: str) -> None:
+        self._exec(
+            "DELETE FROM ackwise_idempotency WHERE key = %s AND holder = %s AND status = 'running'",
+            (key, holder),
+        )
+
+
+def open_store(url: str, plugins: Any = None) -> IdempotencyStore:
+    """Build and open the idempotency store for ``url`` (schemes come from plugins)."""
+    from ackwise._plugins import get_plugins
+
+    parsed = BrokerURL.parse(url)
+    registry = (plugins or get_plugins()).adapters
+    cls = registry.idempotency_store(parsed.scheme)
+    if cls is None:
+        raise ConfigurationError(
+            f"no idempotency store for {parsed.scheme!r} URLs; known: "
+            f"{', '.join(registry.idempotency_schemes())}; set App(idempotency_store=URL)"
+        )
+    store: IdempotencyStore = cls(parsed)
+    store.open()
+    return store
+
+
+def holder_id(worker_id: str, job_id: int) -> str:
+    return f"{worker_id}:{os.getpid()}:{job_id}"
