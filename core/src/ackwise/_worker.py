@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ackwise import _envelope
 from ackwise._execution import FAILED, Job, Result
 from ackwise._executors import Completion, Executor, PreforkExecutor, ThreadExecutor
@@ -602,13 +604,7 @@ class Worker:
             log.info(
                 "message %s: idempotency key %s is done; acked without running", d.message_id, key
             )
-            decision = settle(
-                h.task.ack,
-                Outcome.ALREADY_DONE,
-                attempt=d.attempt,
-                max_deliveries=h.task.max_deliveries,
-            )
-            self._carry_out(decision, d, h.task, h.envelope, error=None, outcome="done")
+            self._settle_held(h, Outcome.ALREADY_DONE, label="done")
             self._emit_raw("skipped", d, h.task.name, key=key)
             return False
         # Held by a live execution: look again soon, backing off up to the holder's lease.
@@ -620,14 +616,7 @@ class Worker:
             key,
             delay,
         )
-        decision = settle(
-            h.task.ack,
-            Outcome.KEY_BUSY,
-            attempt=d.attempt,
-            max_deliveries=h.task.max_deliveries,
-            retry_delay=delay,
-        )
-        self._carry_out(decision, d, h.task, h.envelope, error=None, outcome="key_busy")
+        self._settle_held(h, Outcome.KEY_BUSY, label="key_busy", retry_delay=delay)
         return False
 
     def _store(self) -> IdempotencyStore | None:
@@ -658,16 +647,28 @@ class Worker:
     def _return_buffer(self) -> None:
         """Graceful stop: give every prefetched, unstarted message back at once."""
         while self._buffer:
-            h = self._buffer.popleft()
-            decision = settle(
-                h.task.ack,
-                Outcome.NOT_STARTED,
-                attempt=h.delivery.attempt,
-                max_deliveries=h.task.max_deliveries,
-            )
-            self._carry_out(
-                decision, h.delivery, h.task, h.envelope, error=None, outcome="returned"
-            )
+            self._settle_held(self._buffer.popleft(), Outcome.NOT_STARTED, label="returned")
+
+    def _settle_held(
+        self,
+        h: _Held,
+        outcome: Outcome,
+        *,
+        label: str,
+        error: Result | None = None,
+        retry_delay: float | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Ask :func:`settle` about a held delivery and carry its answer out."""
+        decision = settle(
+            h.task.ack,
+            outcome,
+            attempt=h.delivery.attempt,
+            max_deliveries=h.task.max_deliveries,
+            retry_delay=retry_delay,
+            reason=reason,
+        )
+        self._carry_out(decision, h.delivery, h.task, h.envelope, error=error, outcome=label)
 
     # -- completions -----------------------------------------------------------------------
     def _drain_completions(self, acks: list[Delivery], block: float) -> None:
@@ -700,15 +701,10 @@ class Worker:
         if result.status == FAILED:
             self.counters.failed += 1
             self._emit("failed", h, attempt=d.attempt, error=result.error)
-            decision = settle(
-                task.ack,
-                Outcome.FAILED,
-                attempt=d.attempt,
-                max_deliveries=task.max_deliveries,
-                retry_delay=result.retry_delay,
-            )
             self._idem_done(h, completed=False)
-            self._carry_out(decision, d, task, h.envelope, error=result, outcome="failed")
+            self._settle_held(
+                h, Outcome.FAILED, label="failed", error=result, retry_delay=result.retry_delay
+            )
             return
         self._idem_done(h, completed=True)
         self.counters.succeeded += 1
@@ -725,15 +721,7 @@ class Worker:
         if h is None:  # pragma: no cover
             return
         self._idem_done(h, completed=False)  # its holder is dead: the next delivery may run
-        d, task = h.delivery, h.task
-        decision = settle(
-            task.ack,
-            Outcome.EXECUTOR_LOST,
-            attempt=d.attempt,
-            max_deliveries=task.max_deliveries,
-            reason=reason,
-        )
-        self._carry_out(decision, d, task, h.envelope, error=None, outcome=reason)
+        self._settle_held(h, Outcome.EXECUTOR_LOST, label=reason, reason=reason)
 
     # -- carrying out a settlement ---------------------------------------------------------
     def _carry_out(
@@ -800,18 +788,7 @@ class Worker:
                 worker=self.worker_id,
             ),
         ]
-        return _envelope.Envelope(
-            v=env.v,
-            id=env.id,
-            task=env.task,
-            args=env.args,
-            kwargs=env.kwargs,
-            queue=env.queue,
-            created_at=env.created_at,
-            eta=env.eta,
-            history=history,
-            headers=env.headers,
-        )
+        return msgspec.structs.replace(env, history=history)
 
     def _retry(
         self,
@@ -930,15 +907,7 @@ class Worker:
         )
         executor.shutdown(cold=True)
         for h in list(self._running.values()):
-            decision = settle(
-                h.task.ack,
-                Outcome.ABANDONED,
-                attempt=h.delivery.attempt,
-                max_deliveries=h.task.max_deliveries,
-            )
-            self._carry_out(
-                decision, h.delivery, h.task, h.envelope, error=None, outcome="abandoned"
-            )
+            self._settle_held(h, Outcome.ABANDONED, label="abandoned")
         self._running.clear()
         self._return_buffer()
         return 1
