@@ -60,7 +60,7 @@ def test_stats_prints_a_table_and_json(tmp_path):
     ("args", "fragment"),
     [
         (["worker", "no_such_module_xyz:app"], "cannot import 'no_such_module_xyz'"),
-        (["worker", "crashapp:nope"], "has no attribute 'nope'"),
+        (["worker", "ackwise_conformance.workload:nope"], "has no attribute 'nope'"),
         (["stats", "--broker", "kafka://x"], "no adapter is installed for broker scheme 'kafka'"),
     ],
 )
