@@ -33,6 +33,7 @@ import hashlib
 import itertools
 import logging
 import os
+import select
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -84,6 +85,8 @@ PUBLISH_CHUNK_BYTES = 16 * 1024 * 1024
 #: Receipts per ack / extend script call.
 SETTLE_CHUNK = 1000
 PURGE_CHUNK = 1000
+#: A connection unused for longer is checked for a close by the server before it is used.
+IDLE_CHECK = 0.05
 
 # -- scripts -------------------------------------------------------------------------------
 
@@ -237,6 +240,9 @@ class RedisAdapter(Adapter):
         # No retries inside the driver: a retried script may have run already (a receive
         # would lease twice, an ack report a false stale receipt).  The worker reconnects.
         kwargs["retry"] = Retry(NoBackoff(), 0)
+        # RESP2: the replies the scripts are written for, on every Redis >= 6.2 (redis-py 8
+        # would negotiate RESP3 with HELLO).
+        kwargs["protocol"] = 2
         cls: Any
         if s.scheme == "unix":
             cls = redis.UnixDomainSocketConnection
@@ -280,6 +286,8 @@ class RedisAdapter(Adapter):
         except rx.ResponseError as exc:  # CONFIG disabled (managed Redis) or denied by ACL
             log.info("cannot read maxmemory-policy of %s (%s); not checked", s.where, exc)
             return
+        if isinstance(reply, dict):
+            reply = [x for pair in reply.items() for x in pair]
         policy = reply[1].decode() if len(reply) >= 2 else "noeviction"
         if policy == "noeviction":
             return
@@ -306,18 +314,37 @@ class RedisAdapter(Adapter):
         if conn is None or self._generation != _fork_generation:
             self.open()
             conn = self._conn
-        interval = self.settings.health_check_interval
         now = time.monotonic()
-        if interval and now - self._last_used > interval:
-            # An idle connection may have died with a Redis restart: PING first, so the
-            # command itself is sent only on a live connection (never twice).
+        idle = now - self._last_used
+        self._last_used = now
+        if idle > IDLE_CHECK:
+            self._check_idle_connection(conn, idle)
+        return conn
+
+    def _check_idle_connection(self, conn: Any, idle: float) -> None:
+        """Drop a connection that died while idle, before a command is sent on it.
+
+        After a Redis restart (or a proxy reset) an idle connection has an end-of-file
+        waiting: seen here, the command goes out on a new connection instead of failing (a
+        failed send could not be retried safely: the script may have run).  A connection idle
+        longer than ``health_check_interval`` is PINGed too (half-open after a host crash).
+        """
+        sock = getattr(conn, "_sock", None)
+        if sock is None:
+            return
+        interval = self.settings.health_check_interval
+        if self.settings.scheme != "rediss":  # TLS records may be pending: rely on PING
+            poller = select.poll()
+            poller.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+            if poller.poll(0):  # no request is outstanding: readable means closed
+                conn.disconnect()
+                return
+        if interval and idle > interval:
             try:
                 conn.send_command("PING")
                 conn.read_response()
             except (rx.ConnectionError, rx.TimeoutError, OSError):
                 conn.disconnect()  # the next send reconnects
-        self._last_used = now
-        return conn
 
     def _eval(self, script: _Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         conn = self._connection()

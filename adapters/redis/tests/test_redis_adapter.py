@@ -1,0 +1,290 @@
+"""Guarantees pinned on the Redis adapter itself (beyond the shared conformance suite)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from ackwise import Adapter, App, Outgoing, QueueSpec, open_adapter
+from ackwise.errors import PermanentAdapterError, StaleReceipt
+from ackwise.testing import run_worker
+from ackwise_conformance.brokers import BrokerHandle
+from ackwise_conformance.helpers import eventually
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def adapter(redis_url: str) -> Iterator[Adapter]:
+    a = open_adapter(redis_url)
+    a.open()
+    yield a
+    a.close()
+
+
+@pytest.fixture
+def queue(adapter: Adapter) -> str:
+    name = f"pinned-{uuid.uuid4().hex[:12]}"
+    adapter.declare(QueueSpec(name))
+    return name
+
+
+def _raw(adapter: Adapter, *command: object) -> object:
+    """Send one raw command on the adapter's connection (white-box checks)."""
+    conn = adapter._connection()  # type: ignore[attr-defined]
+    conn.send_command(*command)
+    return conn.read_response()
+
+
+# -- no loss window between pop and in flight ----------------------------------------------
+
+_RECEIVER = textwrap.dedent(
+    """
+    import sys
+    from ackwise import open_adapter
+    a = open_adapter(sys.argv[1])
+    a.open()
+    print("looping", flush=True)
+    while True:  # take and never settle: only the lease can bring them back
+        a.receive(sys.argv[2], max_messages=7, wait=0.0, lease=float(sys.argv[3]))
+    """
+)
+
+
+def test_sigkill_during_receive_calls_loses_no_message(
+    adapter: Adapter, queue: str, redis_url: str
+) -> None:
+    """Receivers SIGKILLed at random points of their receive loop lose nothing.
+
+    Each receive script pops ready messages and records them in flight in one atomic step, so
+    a killed caller leaves every message it touched either ready or leased; the leased ones come
+    back when the lease expires.  A drain afterwards must see every published message.
+    """
+    lease = 0.5
+    ids = [f"m{i}" for i in range(3000)]
+    adapter.publish(queue, [Outgoing(i, i.encode()) for i in ids])
+    rng = random.Random(4)
+    kills = 0
+    for _ in range(25):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _RECEIVER, redis_url, queue, str(lease)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"looping\n", proc.stderr.read() if proc.stderr else ""
+            # Fault injection, not synchronization: kill at a random point of the loop.
+            time.sleep(rng.uniform(0.0, 0.03))
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        finally:
+            proc.kill()
+            proc.wait(10)
+    taken_by_victims = adapter.stats(queue).in_flight
+    assert taken_by_victims > 0, "the killed receivers took nothing: the test proves nothing"
+    seen: dict[str, int] = {}
+    deadline = time.monotonic() + 30
+    while len(seen) < len(ids) and time.monotonic() < deadline:
+        got = adapter.receive(queue, max_messages=500, wait=0.2, lease=30.0)
+        for d in got:
+            assert d.message_id not in seen, f"{d.message_id} delivered twice after its ack"
+            seen[d.message_id] = d.attempt
+        if got:
+            adapter.ack(got)
+    missing = sorted(set(ids) - set(seen))
+    assert not missing, f"{len(missing)} message(s) lost after {kills} kills: {missing[:10]}"
+    assert sum(1 for a in seen.values() if a > 1) >= 1, "no redelivery after the kills"
+    st = adapter.stats(queue)
+    assert (st.ready, st.delayed, st.in_flight, st.dead) == (0, 0, 0, 0), st
+
+
+# -- stale receipts ------------------------------------------------------------------------
+
+
+def test_stale_ack_after_the_lease_moved_on_leaves_the_new_delivery_alone(
+    adapter: Adapter, queue: str, redis_url: str
+) -> None:
+    other = open_adapter(redis_url)
+    other.open()
+    try:
+        adapter.publish(queue, [Outgoing("m", b"body")])
+        (old,) = adapter.receive(queue, max_messages=1, wait=5.0, lease=0.3)
+        (new,) = eventually(
+            lambda: other.receive(queue, max_messages=1, wait=0.5, lease=30.0), 10.0
+        )
+        assert (new.message_id, new.attempt) == ("m", old.attempt + 1)
+        for settle in (
+            lambda: adapter.ack([old]),
+            lambda: adapter.extend([old], lease=30.0),
+            lambda: adapter.nack(old),
+            lambda: adapter.dead_letter(old, reason="failed"),
+        ):
+            with pytest.raises(StaleReceipt) as info:
+                settle()
+            assert info.value.deliveries == (old,)
+        keys = adapter.keys(queue)  # type: ignore[attr-defined]
+        # Redis' own state: only the new delivery is in flight, its body is still stored.
+        assert _raw(adapter, "ZRANGE", keys.inflight, 0, -1) == [new.receipt]
+        assert _raw(adapter, "HLEN", keys.data) == 1
+        st = adapter.stats(queue)
+        assert (st.ready, st.in_flight, st.dead) == (0, 1, 0)
+        other.ack([new])
+        assert _raw(adapter, "HLEN", keys.data) == 0
+    finally:
+        other.close()
+
+
+# -- delays --------------------------------------------------------------------------------
+
+
+def test_countdown_of_ten_lease_lengths_runs_once_and_not_early(redis_url: str) -> None:
+    lease = 0.4
+    countdown = 10 * lease
+    app = App("redis-countdown", broker=redis_url)
+    queue = f"countdown-{uuid.uuid4().hex[:8]}"
+    starts: list[float] = []
+
+    @app.task(queue=queue)
+    def tick() -> None:
+        starts.append(time.time())
+
+    try:
+        with run_worker(app, queues=[queue], lease=lease) as worker:
+            sent = time.time()
+            tick.apply_async(countdown=countdown)
+            eventually(lambda: starts, countdown + 10.0, description="the delayed task to run")
+            worker.join(10.0)
+            time.sleep(2 * lease)  # let a duplicate appear if the lease logic would make one
+            report = worker.join(10.0)
+        assert len(starts) == 1, f"ran {len(starts)} times"
+        assert starts[0] >= sent + countdown - 0.05, (
+            f"ran {sent + countdown - starts[0]:.3f}s early"
+        )
+        assert len(report.succeeded) == 1
+    finally:
+        app.close()
+
+
+# -- idle receive blocks instead of polling ------------------------------------------------
+
+
+def _calls(adapter: Adapter, command: str) -> int:
+    info = _raw(adapter, "INFO", "commandstats")
+    assert isinstance(info, bytes)
+    for line in info.decode().splitlines():
+        if line.startswith(f"cmdstat_{command}:"):
+            return int(line.split("calls=", 1)[1].split(",", 1)[0])
+    return 0
+
+
+def test_idle_receive_blocks_on_redis_instead_of_polling(
+    adapter: Adapter, queue: str, redis_url: str
+) -> None:
+    waiter = open_adapter(redis_url)
+    waiter.open()
+    try:
+        before = _calls(adapter, "evalsha")
+        start = time.monotonic()
+        assert waiter.receive(queue, max_messages=10, wait=1.0, lease=5.0) == []
+        assert time.monotonic() - start >= 0.9
+        # One receive script, one BLPOP, one more receive script: no polling loop.
+        assert _calls(adapter, "evalsha") - before <= 4
+        # A publish wakes a blocked receiver at once.
+        got: list[object] = []
+        thread = threading.Thread(
+            target=lambda: got.extend(waiter.receive(queue, max_messages=1, wait=5.0, lease=5.0))
+        )
+        thread.start()
+        eventually(lambda: _blocked_clients(adapter) >= 1, 5.0)
+        published = time.monotonic()
+        adapter.publish(queue, [Outgoing("wake", b"x")])
+        thread.join(5.0)
+        assert [d.message_id for d in got] == ["wake"]  # type: ignore[attr-defined]
+        assert time.monotonic() - published < 0.5
+    finally:
+        waiter.close()
+
+
+def _blocked_clients(adapter: Adapter) -> int:
+    info = _raw(adapter, "INFO", "clients")
+    assert isinstance(info, bytes)
+    for line in info.decode().splitlines():
+        if line.startswith("blocked_clients:"):
+            return int(line.split(":")[1])
+    return 0
+
+
+# -- keys ----------------------------------------------------------------------------------
+
+
+def test_every_key_of_a_queue_shares_its_hash_tag(adapter: Adapter, queue: str) -> None:
+    adapter.publish(queue, [Outgoing("a", b"a"), Outgoing("b", b"b", delay=60.0)])
+    (d,) = adapter.receive(queue, max_messages=1, wait=1.0, lease=30.0)
+    adapter.publish(queue, [Outgoing("c", b"c")])
+    adapter.dead_letter(d, reason="failed")
+    prefix = adapter.settings.prefix  # type: ignore[attr-defined]
+    tag = f"{{{prefix}:{queue}}}:".encode()
+    keys = _raw(adapter, "KEYS", f"*{queue}*")
+    assert isinstance(keys, list) and len(keys) >= 6
+    assert all(k.startswith(tag) for k in keys), keys
+    adapter.purge(queue)
+    adapter.delete_dead(queue)
+
+
+# -- maxmemory-policy -----------------------------------------------------------------------
+
+
+def test_eviction_policy_warns_and_strict_refuses(
+    own_redis: BrokerHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    probe = open_adapter(own_redis.url)
+    probe.open()
+    _raw(probe, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+    probe.close()
+    with caplog.at_level(logging.WARNING, logger="ackwise_redis"):
+        quiet = open_adapter(own_redis.url)
+        quiet.open()
+        quiet.close()
+    assert not [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+
+    probe.open()
+    _raw(probe, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+    probe.close()
+    with caplog.at_level(logging.WARNING, logger="ackwise_redis"):
+        warned = open_adapter(own_redis.url)
+        warned.open()  # opens, but says why it is dangerous
+        warned.close()
+    messages = [r.getMessage() for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+    assert messages and "allkeys-lru" in messages[0] and "noeviction" in messages[0]
+
+    strict = open_adapter(own_redis.url + "?strict=true")
+    with pytest.raises(PermanentAdapterError, match=r"allkeys-lru.*strict=true"):
+        strict.open()
+    assert strict._conn is None  # type: ignore[attr-defined]
+
+
+def test_config_command_disabled_is_tolerated(own_redis: BrokerHandle) -> None:
+    # A managed Redis often renames CONFIG away; simulate the refusal with an ACL rule.
+    admin = open_adapter(own_redis.url)
+    admin.open()
+    _raw(admin, "ACL", "SETUSER", "app", "on", ">app-pw", "~*", "+@all", "-config")
+    admin.close()
+    host, port = own_redis.host, own_redis.port
+    adapter = open_adapter(f"redis://app:app-pw@{host}:{port}/0?strict=true")
+    adapter.open()  # cannot check the policy: not refused
+    queue = f"acl-{uuid.uuid4().hex[:8]}"
+    adapter.declare(QueueSpec(queue))
+    adapter.publish(queue, [Outgoing("m", b"x")])
+    assert [d.message_id for d in adapter.receive(queue, max_messages=1, wait=1, lease=5)] == ["m"]
+    adapter.close()
