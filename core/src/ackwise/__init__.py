@@ -1,10 +1,13 @@
 """ackwise: a Python task queue with explicit, provable delivery guarantees."""
 
 from ackwise._app import TRANSIENT_ERRORS, App, Retry, RetryPolicy, Signature, Task, TaskContext
+from ackwise._beat import Beat, BeatConfig
 from ackwise._envelope import ENVELOPE_VERSION, Attempt, Envelope
 from ackwise._envelope import decode as decode_envelope
 from ackwise._hookspecs import hookimpl
+from ackwise._locks import Claim, LeaderLock, Leadership, LockInfo, LockRegistry, open_lock
 from ackwise._plugins import AdapterRegistry, Plugins, get_plugins, open_adapter
+from ackwise._schedule import Cron, Interval, Periodic, Schedule
 from ackwise._semantics import (
     Ack,
     AckMessage,
@@ -44,24 +47,35 @@ __all__ = [
     "App",
     "Attempt",
     "AttemptCount",
+    "Beat",
+    "BeatConfig",
     "BrokerURL",
     "Capabilities",
+    "Claim",
+    "Cron",
     "DeadLetter",
     "DeadLetterMessage",
     "Delivery",
     "Envelope",
     "Hold",
+    "Interval",
+    "LeaderLock",
+    "Leadership",
     "LeaseExtension",
+    "LockInfo",
+    "LockRegistry",
     "LostMessage",
     "NackMessage",
     "Outcome",
     "Outgoing",
+    "Periodic",
     "Plugins",
     "QueueSpec",
     "QueueStats",
     "Retry",
     "RetryMessage",
     "RetryPolicy",
+    "Schedule",
     "Settlement",
     "Signature",
     "Task",
@@ -73,6 +87,7 @@ __all__ = [
     "get_plugins",
     "hookimpl",
     "open_adapter",
+    "open_lock",
     "redact_url",
     "settle",
 ]

@@ -16,6 +16,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from ackwise import _envelope
 from ackwise._plugins import Plugins, get_plugins
+from ackwise._schedule import Periodic, declare, make_schedule
 from ackwise._semantics import Ack
 from ackwise._spi import Adapter, BrokerURL, Outgoing, QueueSpec
 from ackwise.errors import (
@@ -476,6 +477,91 @@ class App:
                 producer.declare(QueueSpec(queue))
                 self._declared.add(queue)
             producer.publish(queue, messages)
+
+    # -- periodic tasks (docs/periodic.md) -----------------------------------------------------
+    @property
+    def schedules(self) -> dict[str, Periodic]:
+        """The periodic schedules declared on this app, by name (``ackwise beat`` fires them)."""
+        schedules: dict[str, Periodic] = self.__dict__.setdefault("_schedules", {})
+        return schedules
+
+    def periodic(
+        self,
+        task: Task[..., Any] | Signature | str,
+        /,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        tz: str | dt.tzinfo | None = None,
+        name: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        queue: str | None = None,
+        missed: str = "coalesce",
+        catch_up_limit: int | None = None,
+    ) -> Periodic:
+        """Fire ``task`` on a schedule: ``every`` seconds, or at the times of ``cron``.
+
+        :param task: a task of this app, a signature (``task.s(1, 2)``) or a task name.
+        :param every: seconds between fires, counted from the Unix epoch (so every process
+            computes the same fire times).
+        :param cron: a five-field crontab expression (or ``@daily``, ``@hourly`` …).
+        :param tz: the zone ``cron`` is read in (an IANA name; default UTC).
+        :param name: the schedule's name (default: the task name); part of each fire's
+            idempotency key ``name:fire_time``.
+        :param queue: where fires are sent (default: the task's queue).
+        :param missed: ticks that passed with no leader to fire them: ``"coalesce"`` fires
+            once for all of them, ``"catch_up"`` fires each, at most ``catch_up_limit``
+            (default 100) of the newest.
+        :raises ConfigurationError: an unclear or impossible schedule.
+        """
+        return declare(
+            self,
+            task,
+            make_schedule(every, cron, tz),
+            name=name,
+            args=args,
+            kwargs=kwargs,
+            queue=queue,
+            missed=missed,
+            catch_up_limit=catch_up_limit,
+        )
+
+    def periodic_task(
+        self,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        tz: str | dt.tzinfo | None = None,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        missed: str = "coalesce",
+        catch_up_limit: int | None = None,
+        **task_options: Any,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a task and its schedule: ``@app.periodic_task(cron="0 3 * * *")``.
+
+        ``task_options`` go to :meth:`task` (``name``, ``queue``, ``ack`` …); the schedule is
+        named like the task.  See :meth:`periodic` for the schedule arguments.
+        """
+        schedule = make_schedule(every, cron, tz)  # refused before the task is registered
+
+        def register(fn: Callable[P, R]) -> Task[P, R]:
+            task: Task[P, R] = self.task(**task_options)(fn)
+            declare(
+                self,
+                task,
+                schedule,
+                name=None,
+                args=args,
+                kwargs=kwargs,
+                queue=None,
+                missed=missed,
+                catch_up_limit=catch_up_limit,
+            )
+            return task
+
+        return register
 
 
 def schedule_delay(

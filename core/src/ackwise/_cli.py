@@ -90,8 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print JSON")
     a.set_defaults(func=cmd_adapters)
 
+    from ackwise._beat import add_parser as add_beat
     from ackwise._dlq import add_parser as add_dlq
 
+    add_beat(sub)
     add_dlq(sub)
     get_plugins().add_commands(sub)
     return parser

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from ackwise._locks import LockRegistry
     from ackwise._plugins import AdapterRegistry
 
 hookspec = pluggy.HookspecMarker("ackwise")
@@ -20,6 +21,14 @@ def ackwise_register_adapters(registry: AdapterRegistry) -> None:
 
     Registration is lazy: the adapter's module (and its driver) is imported only when a URL
     with that scheme is opened.
+    """
+
+
+@hookspec
+def ackwise_register_lock_backends(registry: LockRegistry) -> None:
+    """Register leader-lock backends for ``ackwise beat``: ``registry.add("scheme", "pkg.mod:Cls")``.
+
+    Lazy like adapters: the class is imported when a lock URL with that scheme is opened.
     """
 
 

@@ -33,6 +33,7 @@ from ackwise import _hookspecs
 from ackwise.errors import ConfigurationError, UnknownBrokerScheme
 
 if TYPE_CHECKING:
+    from ackwise._locks import LockRegistry
     from ackwise._spi import Adapter
 
 log = logging.getLogger(__name__)
@@ -189,12 +190,14 @@ class Plugins:
             self.pm.register(module, name=module_name)
         self.pm.check_pending()
         self._registry: AdapterRegistry | None = None
+        self._locks: LockRegistry | None = None
 
     def register(self, plugin: object, name: str | None = None) -> None:
         """Register a plugin object (module or instance) by hand."""
         self.pm.register(plugin, name=name)
         self.pm.check_pending()
         self._registry = None
+        self._locks = None
 
     @property
     def adapters(self) -> AdapterRegistry:
@@ -209,6 +212,20 @@ class Plugins:
             registry._current_plugin = "?"
             self._registry = registry
         return self._registry
+
+    @property
+    def lock_backends(self) -> LockRegistry:
+        """The leader-lock backends of ``ackwise beat``, by URL scheme."""
+        if self._locks is None:
+            from ackwise._locks import LockRegistry
+
+            registry = LockRegistry()
+            for impl in reversed(self.pm.hook.ackwise_register_lock_backends.get_hookimpls()):
+                registry._current_plugin = impl.plugin_name
+                impl.function(registry=registry)
+            registry._current_plugin = "?"
+            self._locks = registry
+        return self._locks
 
     def add_commands(self, subparsers: Any) -> None:
         self.pm.hook.ackwise_add_commands(subparsers=subparsers)

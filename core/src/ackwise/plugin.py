@@ -6,6 +6,7 @@ This module must stay light: it names adapter classes by import path and imports
 from __future__ import annotations
 
 from ackwise._hookspecs import hookimpl
+from ackwise._locks import LockRegistry
 from ackwise._plugins import AdapterRegistry
 
 
@@ -17,3 +18,9 @@ def ackwise_register_adapters(registry: AdapterRegistry) -> None:
     registry.add_idempotency_store("sqlite", "ackwise._idempotency:SQLiteIdempotencyStore")
     registry.add_idempotency_store("postgresql", "ackwise._idempotency:PostgresIdempotencyStore")
     registry.add_idempotency_store("postgres", "ackwise._idempotency:PostgresIdempotencyStore")
+
+
+@hookimpl
+def ackwise_register_lock_backends(registry: LockRegistry) -> None:
+    registry.add("memory", "ackwise._locks:MemoryLeaderLock", distribution="ackwise")
+    registry.add("sqlite", "ackwise._locks:SQLiteLeaderLock", distribution="ackwise")

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 from ackwise_conformance.helpers import eventually
 
 if TYPE_CHECKING:
+    from ackwise_conformance.locks import LeaderLockConformance
     from ackwise_conformance.spi import AdapterConformance
 
-__all__ = ["AdapterConformance", "eventually"]
+__all__ = ["AdapterConformance", "LeaderLockConformance", "eventually"]
 
 
 def __getattr__(name: str) -> Any:
@@ -31,4 +32,8 @@ def __getattr__(name: str) -> Any:
         from ackwise_conformance.spi import AdapterConformance
 
         return AdapterConformance
+    if name == "LeaderLockConformance":
+        from ackwise_conformance.locks import LeaderLockConformance
+
+        return LeaderLockConformance
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,652 @@
+"""Leader locks for ``ackwise beat``: one leader among N processes, fenced fires (DESIGN §6).
+
+A backend (:class:`LeaderLock`) keeps, per lock name, the holder's random token, a fencing
+number that rises with every acquisition (and never goes back, not even after a release),
+and the store's own expiry; and, per (lock, schedule, fire time), the record that the fire was
+claimed.  Each operation is one atomic step in the store:
+
+``acquire``  if nobody holds the lock (or the holder's expiry passed): take it with a new
+             token, fence + 1, expiry = now + ttl
+``renew``    compare-and-replace: push the expiry only if the token still holds the lock
+``release``  compare-and-delete: free the lock only if the token still holds it
+``claim``    only if the token holds the lock: record (schedule, fire time) unless recorded
+
+The client side (:class:`Leadership`) never trusts the store's clock for its own validity: it
+judges it by ``time.monotonic()``, deadline = the monotonic time when the acquire (or renew)
+*started* + ttl, so it always believes it is leader for less time than the store does.  It
+steps down the moment a renewal fails or the deadline passes, and keeps running as a
+follower.  Backends are plugins (hook ``ackwise_register_lock_backends``); the built-in ones
+are ``memory://`` (one process) and ``sqlite:///`` (the broker's file).
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import importlib
+import logging
+import math
+import os
+import secrets
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from ackwise._spi import BrokerURL
+from ackwise.errors import AdapterError, ConfigurationError, InvalidBrokerURL, UnknownBrokerScheme
+
+__all__ = [
+    "Claim",
+    "LeaderLock",
+    "Leadership",
+    "LockEntry",
+    "LockInfo",
+    "LockRegistry",
+    "MemoryLeaderLock",
+    "SQLiteLeaderLock",
+    "default_owner",
+    "open_lock",
+]
+
+log = logging.getLogger(__name__)
+
+#: How many claimed fires per schedule a store keeps (the newest; older ones are pruned).
+KEEP_FIRES = 64
+
+
+class Claim(enum.Enum):
+    """The answer of :meth:`LeaderLock.claim`."""
+
+    #: The fire is recorded as this holder's: enqueue it.
+    CLAIMED = "claimed"
+    #: The fire was claimed before (by this or an earlier leader): do not enqueue it.
+    TAKEN = "taken"
+    #: The token does not hold the lock (any more): nothing was recorded.
+    NOT_HOLDER = "not_holder"
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """Who holds a lock, as the store sees it (for ``--list``, logs and tests)."""
+
+    name: str
+    owner: str
+    fence: int
+    #: Seconds until the store lets someone else take the lock.
+    expires_in: float
+
+
+class LeaderLock(abc.ABC):
+    """The contract of a lock backend.  Every method is one atomic step in the store.
+
+    Fire times are integers: microseconds since the Unix epoch.  Implementations map their
+    driver's errors into :mod:`ackwise.errors` (transient ones as
+    :class:`~ackwise.errors.TransientAdapterError`); the beat treats any
+    :class:`~ackwise.errors.AdapterError` as "leadership unknown" and steps down.
+    """
+
+    def __init__(self, url: BrokerURL) -> None:
+        self.url = url
+        #: The longest one operation may block (seconds), or ``None`` for the backend's
+        #: default.  The beat sets it to a third of the TTL before :meth:`open`, so a store
+        #: that hangs cannot keep a leader past its deadline for long.
+        self.timeout: float | None = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url}>"
+
+    def open(self) -> None:  # noqa: B027  # optional hook: most backends connect lazily
+        """Connect (idempotent)."""
+
+    def close(self) -> None:  # noqa: B027
+        """Disconnect (idempotent)."""
+
+    @abc.abstractmethod
+    def acquire(self, name: str, token: str, ttl: float, owner: str) -> int | None:
+        """Take ``name`` with ``token`` for ``ttl`` seconds if nobody holds it.
+
+        :returns: the new fencing number (greater than every earlier one of ``name``), or
+            ``None`` when another token holds the lock.
+        """
+
+    @abc.abstractmethod
+    def renew(self, name: str, token: str, ttl: float) -> bool:
+        """Push the expiry to now + ``ttl`` if ``token`` still holds ``name``; else change nothing."""
+
+    @abc.abstractmethod
+    def release(self, name: str, token: str) -> bool:
+        """Free ``name`` if ``token`` still holds it; else change nothing (a stale release)."""
+
+    @abc.abstractmethod
+    def claim(self, name: str, token: str, schedule: str, fire_time: int) -> Claim:
+        """Record the fire (``schedule``, ``fire_time``) if ``token`` holds ``name``."""
+
+    @abc.abstractmethod
+    def last_fires(self, name: str) -> dict[str, int]:
+        """The newest claimed fire time of each schedule of ``name``."""
+
+    @abc.abstractmethod
+    def info(self, name: str) -> LockInfo | None:
+        """The current holder of ``name``, or ``None`` when it is free."""
+
+
+# -- registry ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LockEntry:
+    """One registered lock backend: a URL scheme and where its class lives."""
+
+    scheme: str
+    import_path: str
+    distribution: str
+    plugin: str
+
+    def load(self) -> type[LeaderLock]:
+        """Import the backend class."""
+        module_name, _, attr = self.import_path.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigurationError(
+                f"lock backend for scheme {self.scheme!r} ({self.import_path}, from "
+                f"{self.distribution}) cannot be imported: {exc}"
+            ) from exc
+        if not (isinstance(cls, type) and issubclass(cls, LeaderLock)):
+            raise ConfigurationError(
+                f"{self.import_path} (lock scheme {self.scheme!r}) is not an "
+                "ackwise.LeaderLock subclass"
+            )
+        return cls
+
+
+class LockRegistry:
+    """What ``ackwise_register_lock_backends`` hooks fill in."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, LockEntry] = {}
+        self._current_plugin = "?"
+
+    def add(self, scheme: str, import_path: str, *, distribution: str = "?") -> None:
+        """Register ``import_path`` (``"module:Class"``) as the lock backend for ``scheme://``.
+
+        :raises ConfigurationError: the path is malformed or the scheme is registered twice.
+        """
+        scheme = scheme.lower()
+        if ":" not in import_path:
+            raise ConfigurationError(
+                f"lock backend import path {import_path!r} for scheme {scheme!r} must look "
+                "like 'package.module:ClassName'"
+            )
+        if scheme in self._entries:
+            other = self._entries[scheme]
+            raise ConfigurationError(
+                f"lock scheme {scheme!r} is registered twice: by {other.plugin} "
+                f"({other.import_path}) and by {self._current_plugin} ({import_path})"
+            )
+        self._entries[scheme] = LockEntry(scheme, import_path, distribution, self._current_plugin)
+
+    def schemes(self) -> list[str]:
+        return sorted(self._entries)
+
+    def get(self, scheme: str) -> LockEntry:
+        """The entry for ``scheme``; an error naming the installed schemes when there is none."""
+        try:
+            return self._entries[scheme.lower()]
+        except KeyError:
+            raise UnknownBrokerScheme(
+                scheme,
+                self.schemes(),
+                "no installed plugin provides a leader lock for it; pass --lock with a "
+                "URL of one of those schemes",
+            ) from None
+
+
+def open_lock(url: str, plugins: object | None = None) -> LeaderLock:
+    """Build (not open) the lock backend for ``url``."""
+    from ackwise._plugins import Plugins, get_plugins
+
+    parsed = BrokerURL.parse(url)
+    registry = (plugins if isinstance(plugins, Plugins) else get_plugins()).lock_backends
+    return registry.get(parsed.scheme).load()(parsed)
+
+
+def default_owner() -> str:
+    """``host:pid``: how a holder is shown."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# -- the client side -----------------------------------------------------------------------
+class Leadership:
+    """Hold, or try to take, one leader lock; judge validity by a monotonic clock.
+
+    :param renew: seconds between renewals (default ``ttl / 3``); refused when ``>= ttl / 2``,
+        which would leave a single slow renewal no room before the lock expires.
+    :raises ConfigurationError: a TTL or renewal interval that cannot work.
+    """
+
+    def __init__(
+        self,
+        lock: LeaderLock,
+        name: str,
+        *,
+        ttl: float,
+        renew: float | None = None,
+        owner: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
+            raise ConfigurationError(f"ttl must be a number of seconds, got {ttl!r}")
+        if ttl <= 0:
+            raise ConfigurationError(f"ttl must be > 0 seconds, got {ttl!r}")
+        renew = ttl / 3 if renew is None else renew
+        if not (math.isfinite(renew) and renew > 0):
+            raise ConfigurationError(f"renew must be a number of seconds > 0, got {renew!r}")
+        if renew >= ttl / 2:
+            raise ConfigurationError(
+                f"renew interval {renew:g}s must be shorter than half the lock TTL "
+                f"({ttl:g}s / 2): one late renewal would lose the lock; use ttl / 3 or less"
+            )
+        self.lock = lock
+        self.name = name
+        self.ttl = float(ttl)
+        self.renew_every = float(renew)
+        self.owner = owner or default_owner()
+        self.clock = clock
+        self.token: str | None = None
+        self._last_token: str | None = None
+        self.fence: int | None = None
+        self.deadline = 0.0
+        self.next_renew = 0.0
+
+    def __repr__(self) -> str:
+        state = f"leader fence={self.fence}" if self.token else "follower"
+        return f"<Leadership {self.name} {state}>"
+
+    @property
+    def is_leader(self) -> bool:
+        """Holding a token whose deadline (monotonic) has not passed."""
+        return self.token is not None and self.clock() < self.deadline
+
+    def remaining(self) -> float:
+        """Seconds of validity left (0 for a follower)."""
+        return max(0.0, self.deadline - self.clock()) if self.token is not None else 0.0
+
+    def try_acquire(self) -> bool:
+        """Try to take the lock once; return whether this process now leads.
+
+        :raises AdapterError: the store cannot be reached (the caller stays a follower).
+        """
+        if self.is_leader:
+            return True
+        self.token = None
+        token = secrets.token_hex(16)
+        start = self.clock()
+        fence = self.lock.acquire(self.name, token, self.ttl, self.owner)
+        if fence is None:
+            return False
+        if self.clock() >= start + self.ttl:
+            log.warning(
+                "lock %s: acquired too late to use (the call took the whole TTL)", self.name
+            )
+            return False
+        self.token, self._last_token, self.fence = token, token, fence
+        self.deadline = start + self.ttl
+        self.next_renew = start + self.renew_every
+        log.info("lock %s: leader now (fence %d, ttl %.1fs)", self.name, fence, self.ttl)
+        return True
+
+    def maintain(self) -> bool:
+        """Renew when due; step down when the deadline passed or a renewal fails.
+
+        Never raises for a store failure: that is a step-down.  Returns :attr:`is_leader`.
+        """
+        if self.token is None:
+            return False
+        now = self.clock()
+        if now >= self.deadline:
+            self.step_down("the lease deadline passed before it could be renewed")
+            return False
+        if now < self.next_renew:
+            return True
+        start = now
+        try:
+            renewed = self.lock.renew(self.name, self.token, self.ttl)
+        except AdapterError as exc:
+            self.step_down(f"renewal failed: {exc}")
+            return False
+        if not renewed:
+            self.step_down("renewal refused: the lock expired or moved to another holder")
+            return False
+        if self.clock() >= start + self.ttl:
+            self.step_down("renewal answered after the whole TTL")
+            return False
+        self.deadline = start + self.ttl
+        self.next_renew = start + self.renew_every
+        return True
+
+    def claim(self, schedule: str, fire_time: int) -> Claim:
+        """Claim a fire in the store, as leader; ``NOT_HOLDER`` (and a step-down) otherwise.
+
+        :raises AdapterError: the store failed; the claim may or may not be recorded (the
+            caller steps down and does not enqueue).
+        """
+        if not self.is_leader:
+            if self.token is not None:
+                self.step_down("the lease deadline passed")
+            return Claim.NOT_HOLDER
+        assert self.token is not None
+        result = self.lock.claim(self.name, self.token, schedule, fire_time)
+        if result is Claim.NOT_HOLDER:
+            self.step_down("the store refused a claim: the lock moved to another holder")
+        return result
+
+    def step_down(self, reason: str) -> None:
+        """Stop leading at once (no call to the store: it may be the thing that failed)."""
+        if self.token is not None:
+            log.warning("lock %s: stepping down (fence %s): %s", self.name, self.fence, reason)
+        self.token = None
+        self.deadline = 0.0
+
+    def release(self) -> bool | None:
+        """Compare-and-delete the lock with the last token this process acquired.
+
+        Also after a step-down: the store decides.  If nobody took the lock meanwhile it is
+        freed early; if another process holds it now, the release is refused (a stale
+        release) and nothing changes.
+
+        :returns: whether the store freed it; ``None`` when this process never held it.
+        :raises AdapterError: the store failed (the lock then expires by its TTL).
+        """
+        token, self._last_token = self._last_token, None
+        self.token = None
+        self.deadline = 0.0
+        if token is None:
+            return None
+        freed = self.lock.release(self.name, token)
+        if freed:
+            log.info("lock %s: released", self.name)
+        else:
+            log.warning(
+                "lock %s: release refused: the lock had moved to another holder (stale "
+                "token, fence %s); nothing was changed",
+                self.name,
+                self.fence,
+            )
+        return freed
+
+
+# -- memory ----------------------------------------------------------------------------------
+@dataclass
+class _MemoryState:
+    token: str | None = None
+    fence: int = 0
+    expires_at: float = 0.0
+    owner: str = ""
+
+
+class _MemoryStore:
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.locks: dict[str, _MemoryState] = {}
+        self.fires: dict[tuple[str, str], set[int]] = {}
+
+
+_memory_stores: dict[str, _MemoryStore] = {}
+_memory_lock = threading.Lock()
+
+
+class MemoryLeaderLock(LeaderLock):
+    """An in-process lock store per ``memory://name`` (tests and single-process apps)."""
+
+    def __init__(self, url: BrokerURL, *, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(url)
+        if url.query:
+            raise InvalidBrokerURL(f"memory:// takes no options, got {sorted(url.query)} in {url}")
+        key = (url.host + url.path).strip("/") or "default"
+        with _memory_lock:
+            self._store = _memory_stores.setdefault(key, _MemoryStore())
+        self.clock = clock
+
+    def _held(self, name: str, token: str, now: float) -> _MemoryState | None:
+        state = self._store.locks.get(name)
+        if state is None or state.token != token or state.expires_at <= now:
+            return None
+        return state
+
+    def acquire(self, name: str, token: str, ttl: float, owner: str) -> int | None:
+        with self._store.mutex:
+            now = self.clock()
+            state = self._store.locks.setdefault(name, _MemoryState())
+            if state.token is not None and state.expires_at > now:
+                return None
+            state.token, state.fence = token, state.fence + 1
+            state.expires_at, state.owner = now + ttl, owner
+            return state.fence
+
+    def renew(self, name: str, token: str, ttl: float) -> bool:
+        with self._store.mutex:
+            now = self.clock()
+            state = self._held(name, token, now)
+            if state is None:
+                return False
+            state.expires_at = now + ttl
+            return True
+
+    def release(self, name: str, token: str) -> bool:
+        with self._store.mutex:
+            state = self._store.locks.get(name)
+            if state is None or state.token != token:
+                return False
+            state.token, state.expires_at, state.owner = None, 0.0, ""
+            return True
+
+    def claim(self, name: str, token: str, schedule: str, fire_time: int) -> Claim:
+        with self._store.mutex:
+            if self._held(name, token, self.clock()) is None:
+                return Claim.NOT_HOLDER
+            fires = self._store.fires.setdefault((name, schedule), set())
+            if fire_time in fires:
+                return Claim.TAKEN
+            fires.add(fire_time)
+            if len(fires) > KEEP_FIRES:
+                fires.difference_update(sorted(fires)[:-KEEP_FIRES])
+            return Claim.CLAIMED
+
+    def last_fires(self, name: str) -> dict[str, int]:
+        with self._store.mutex:
+            return {s: max(f) for (n, s), f in self._store.fires.items() if n == name and f}
+
+    def info(self, name: str) -> LockInfo | None:
+        with self._store.mutex:
+            state = self._store.locks.get(name)
+            now = self.clock()
+            if state is None or state.token is None or state.expires_at <= now:
+                return None
+            return LockInfo(name, state.owner, state.fence, state.expires_at - now)
+
+
+def reset_memory_locks() -> None:
+    """Forget every in-process lock store (between tests)."""
+    with _memory_lock:
+        _memory_stores.clear()
+
+
+# -- sqlite ----------------------------------------------------------------------------------
+_SQLITE_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS ackwise_locks (
+        name       TEXT PRIMARY KEY,
+        token      TEXT,
+        fence      INTEGER NOT NULL,
+        expires_at REAL    NOT NULL,
+        owner      TEXT
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS ackwise_fires (
+        lock       TEXT    NOT NULL,
+        schedule   TEXT    NOT NULL,
+        fire_time  INTEGER NOT NULL,
+        fence      INTEGER NOT NULL,
+        claimed_at REAL    NOT NULL,
+        PRIMARY KEY (lock, schedule, fire_time)
+    ) WITHOUT ROWID""",
+)
+_SQL_HOLDS = "SELECT fence FROM ackwise_locks WHERE name = ? AND token = ? AND expires_at > ?"
+_SQL_PRUNE = """
+DELETE FROM ackwise_fires
+ WHERE lock = :lock AND schedule = :schedule
+   AND fire_time <= (SELECT fire_time FROM ackwise_fires
+                      WHERE lock = :lock AND schedule = :schedule
+                      ORDER BY fire_time DESC LIMIT 1 OFFSET :keep)
+"""
+
+
+class SQLiteLeaderLock(LeaderLock):
+    """The lock in a SQLite file (``sqlite:///path.db``, by default the broker's own file).
+
+    Tables ``ackwise_locks`` (name, token, fence, expires_at, owner) and ``ackwise_fires``
+    (lock, schedule, fire_time, fence, claimed_at).  Every operation is one ``BEGIN
+    IMMEDIATE`` transaction, so it is atomic against every other process on the host; the
+    store's expiry uses the host's wall clock, shared by all of them.  The fencing number
+    lives in the lock's row, which a release empties but never deletes.
+    """
+
+    def __init__(self, url: BrokerURL) -> None:
+        super().__init__(url)
+        from ackwise._sqlite import parse_sqlite_url
+
+        self.path, self._synchronous, self._busy_timeout = parse_sqlite_url(url)
+        self._db: sqlite3.Connection | None = None
+        self._pid = 0
+
+    def open(self) -> None:
+        from ackwise._sqlite import map_sqlite_errors
+
+        if self._db is not None and self._pid == os.getpid():
+            return
+        self._db = None  # a handle inherited through fork() is never used
+        busy = self._busy_timeout if self.timeout is None else min(self._busy_timeout, self.timeout)
+        directory = os.path.dirname(self.path)
+        if not os.path.isdir(directory):
+            from ackwise.errors import BrokerUnavailable
+
+            raise BrokerUnavailable(
+                f"cannot open SQLite lock store {self.path!r}: directory {directory!r} does not "
+                "exist (ackwise does not create it)"
+            )
+        with map_sqlite_errors(self.path):
+            db = sqlite3.connect(
+                self.path, timeout=busy, isolation_level=None, check_same_thread=False
+            )
+            try:
+                db.execute(f"PRAGMA busy_timeout = {int(busy * 1000)}")
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute(f"PRAGMA synchronous = {self._synchronous}")
+                db.execute("BEGIN IMMEDIATE")
+                for statement in _SQLITE_SCHEMA:
+                    db.execute(statement)
+                db.execute("COMMIT")
+            except BaseException:
+                db.close()
+                raise
+        self._db, self._pid = db, os.getpid()
+
+    def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None and self._pid == os.getpid():
+            db.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        from ackwise._sqlite import map_sqlite_errors
+
+        if self._db is None or self._pid != os.getpid():
+            self.open()
+        db = self._db
+        assert db is not None
+        with map_sqlite_errors(self.path):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    try:
+                        db.rollback()
+                    except sqlite3.Error:
+                        pass
+                raise
+
+    def acquire(self, name: str, token: str, ttl: float, owner: str) -> int | None:
+        with self._write() as db:
+            now = time.time()  # read after the write lock is ours
+            row = db.execute(
+                "SELECT token, fence, expires_at FROM ackwise_locks WHERE name = ?", (name,)
+            ).fetchone()
+            if row is not None and row[0] is not None and row[2] > now:
+                return None
+            fence = (row[1] if row is not None else 0) + 1
+            db.execute(
+                "INSERT INTO ackwise_locks (name, token, fence, expires_at, owner) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET token = excluded.token, "
+                "fence = excluded.fence, expires_at = excluded.expires_at, owner = excluded.owner",
+                (name, token, fence, now + ttl, owner),
+            )
+            return int(fence)
+
+    def renew(self, name: str, token: str, ttl: float) -> bool:
+        with self._write() as db:
+            now = time.time()
+            cur = db.execute(
+                "UPDATE ackwise_locks SET expires_at = ? "
+                "WHERE name = ? AND token = ? AND expires_at > ?",
+                (now + ttl, name, token, now),
+            )
+            return cur.rowcount == 1
+
+    def release(self, name: str, token: str) -> bool:
+        with self._write() as db:
+            cur = db.execute(
+                "UPDATE ackwise_locks SET token = NULL, expires_at = 0, owner = NULL "
+                "WHERE name = ? AND token = ?",
+                (name, token),
+            )
+            return cur.rowcount == 1
+
+    def claim(self, name: str, token: str, schedule: str, fire_time: int) -> Claim:
+        with self._write() as db:
+            now = time.time()
+            row = db.execute(_SQL_HOLDS, (name, token, now)).fetchone()
+            if row is None:
+                return Claim.NOT_HOLDER
+            cur = db.execute(
+                "INSERT OR IGNORE INTO ackwise_fires (lock, schedule, fire_time, fence, claimed_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (name, schedule, fire_time, row[0], now),
+            )
+            if cur.rowcount != 1:
+                return Claim.TAKEN
+            db.execute(_SQL_PRUNE, {"lock": name, "schedule": schedule, "keep": KEEP_FIRES - 1})
+            return Claim.CLAIMED
+
+    def last_fires(self, name: str) -> dict[str, int]:
+        with self._write() as db:
+            rows = db.execute(
+                "SELECT schedule, max(fire_time) FROM ackwise_fires WHERE lock = ? "
+                "GROUP BY schedule",
+                (name,),
+            ).fetchall()
+        return {schedule: int(t) for schedule, t in rows}
+
+    def info(self, name: str) -> LockInfo | None:
+        with self._write() as db:
+            now = time.time()
+            row = db.execute(
+                "SELECT owner, fence, expires_at FROM ackwise_locks "
+                "WHERE name = ? AND token IS NOT NULL AND expires_at > ?",
+                (name, now),
+            ).fetchone()
+        if row is None:
+            return None
+        return LockInfo(name, row[0] or "?", int(row[1]), row[2] - now)
