@@ -1,0 +1,848 @@
+"""``sqs://``: the Amazon SQS adapter, on boto3.
+
+How SQS carries ackwise's contract:
+
+lease
+    the visibility timeout: ``ReceiveMessage(VisibilityTimeout=lease)``, renewed with
+    ``ChangeMessageVisibilityBatch``.  SQS counts visibility in whole seconds (leases are
+    rounded up) and holds a message invisible at most 12 hours per receive: renewal past that
+    raises :class:`~ackwise_sqs.VisibilityCapReached` (a stale receipt, reported by the worker).
+receipt
+    the ``ReceiptHandle`` plus what this adapter knows of the lease: when it was received, the
+    deadline it last set, and whether it was settled.  SQS does not reliably refuse a stale
+    receipt handle (its documentation: ``DeleteMessage`` with an old handle "succeeds, but the
+    message might not be deleted"; moto deletes it), so the adapter fences settlements itself:
+    a receipt whose deadline has passed (less a safety margin for the request's flight time), or
+    that was settled already, raises :class:`~ackwise.errors.StaleReceipt` without a request.
+attempt
+    ``ApproximateReceiveCount`` (hence :attr:`AttemptCount.APPROXIMATE`), less one when the
+    message's first receive was the early receive of a long delay (below).
+delay
+    ``DelaySeconds`` up to ``max_native_delay`` (900 s, SQS's limit).  A longer delay is sent
+    with ``DelaySeconds=max_native_delay`` and its due time in the message attribute
+    ``ackwise-due``; the receive that meets it before it is due re-arms it by visibility
+    (``ChangeMessageVisibility(due - now)``) and hands nothing to the worker: that receive is
+    not a delivery, and the attempt is corrected for it (``ApproximateFirstReceiveTimestamp``
+    before the due time means the first receive was early).  FIFO queues have no per-message
+    ``DelaySeconds``, so every delay on them takes this path.  ``nack(delay)`` sets the
+    visibility.  The longest delay is 12 hours (:data:`MAX_DELAY`), SQS's visibility cap.
+dead letters
+    a dead-letter queue ``<name>-dlq`` per queue, wired by a redrive policy with
+    ``maxReceiveCount = max_deliveries + 1`` (the worker dead-letters a message delivered
+    ``max_deliveries + 1`` times itself, with the reason and the attempt history; the redrive
+    policy is the backstop, and its extra one covers the early receive of a long delay).
+    ``dead_letter`` sends to the DLQ with the reason in message attributes, then deletes.
+bodies
+    sent as they are when they are valid XML text in UTF-8 (JSON envelopes are); otherwise
+    base64, marked by the attribute ``ackwise-enc``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from ackwise import (
+    Adapter,
+    AttemptCount,
+    BrokerURL,
+    Capabilities,
+    DeadLetter,
+    Delivery,
+    LeaseExtension,
+    Outgoing,
+    QueueSpec,
+    QueueStats,
+    decode_envelope,
+)
+from ackwise.errors import (
+    AdapterError,
+    MessageTooLarge,
+    PermanentAdapterError,
+    PublishError,
+    QueueNotFound,
+    StaleReceipt,
+    TransientAdapterError,
+)
+from ackwise_sqs._errors import (
+    VisibilityCapReached,
+    error_code,
+    map_botocore_errors,
+)
+from ackwise_sqs._url import SQSSettings, parse_sqs_url
+
+__all__ = [
+    "MAX_DELAY",
+    "MAX_MESSAGE_SIZE",
+    "MAX_VISIBILITY",
+    "SQSAdapter",
+    "SQSReceipt",
+    "sqs_queue_name",
+]
+
+log = logging.getLogger(__name__)
+
+#: SQS's cap on a message's visibility timeout, per receive (12 hours).
+MAX_VISIBILITY = 43200
+#: The longest delay (publish or nack) the adapter holds: SQS's visibility cap.
+MAX_DELAY = float(MAX_VISIBILITY)
+#: SQS's largest message (1 MiB, body and attributes), less room for ackwise's attributes.
+MAX_MESSAGE_SIZE = 1_048_576 - 1024
+_BATCH = 10  # SQS's limit on entries per batch call
+_RETENTION = 1_209_600  # 14 days, SQS's longest
+#: Settling this close to a lease's deadline counts as stale: the request could arrive after it.
+_FENCE_MARGIN = 0.2
+_PEEK_VISIBILITY = 30
+_PEEK_LIMIT = 10_000
+
+_ID = "ackwise-id"
+_ENC = "ackwise-enc"
+_DUE = "ackwise-due"
+_REASON = "ackwise-reason"
+_DEAD_AT = "ackwise-dead-at"
+_ATTEMPT = "ackwise-attempt"
+
+# SQS accepts these characters in a body (XML 1.0); anything else goes base64.
+_INVALID_BODY = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# ackwise queue names, as SQS takes them: the prefix and the "-dlq" suffix must fit in 80.
+_NAME = re.compile(r"^[A-Za-z0-9_-]+(\.fifo)?$")
+_NAME_ROOM = 80 - len("-dlq")
+
+
+def sqs_queue_name(prefix: str, queue: str) -> tuple[str, str]:
+    """Return (queue, dead-letter queue) SQS names for ackwise queue ``queue``.
+
+    :raises PublishError: the name cannot be an SQS queue name (the message says why).
+    """
+    name = prefix + queue
+    if not _NAME.match(queue) or len(name) > _NAME_ROOM:
+        raise PublishError(
+            f"invalid queue name {queue!r} for SQS: letters, digits, '-' and '_', optionally "
+            f"ending in '.fifo', at most {_NAME_ROOM - len(prefix)} characters with the prefix "
+            f"{prefix!r} (SQS allows 80, and ackwise adds '-dlq' for the dead-letter queue)"
+        )
+    if name.endswith(".fifo"):
+        return name, name.removesuffix(".fifo") + "-dlq.fifo"
+    return name, name + "-dlq"
+
+
+@dataclass(eq=False)
+class SQSReceipt:
+    """One receive of one message: its handle and what this adapter knows of its lease."""
+
+    handle: str
+    queue_url: str
+    received_at: float
+    deadline: float
+    settled: bool = False
+
+    def __repr__(self) -> str:
+        return f"SQSReceipt({self.handle[:12]}…, deadline={self.deadline:.3f})"
+
+
+@dataclass
+class _Queue:
+    name: str
+    url: str
+    dlq_url: str
+    fifo: bool
+    max_size: int
+    max_deliveries: int | None = None
+    group: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class SQSAdapter(Adapter):
+    """Amazon SQS through boto3: visibility leases, long polling, batches, redrive, FIFO."""
+
+    name = "sqs"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        native_delay=True,
+        max_delay=MAX_DELAY,
+        lease_extension=LeaseExtension.PER_MESSAGE,
+        max_lease=float(MAX_VISIBILITY),
+        attempt_count=AttemptCount.APPROXIMATE,
+        native_dead_letter=True,
+        max_message_size=MAX_MESSAGE_SIZE,
+        multi_process=True,
+    )
+
+    def __init__(self, url: BrokerURL) -> None:
+        super().__init__(url)
+        self.settings: SQSSettings = parse_sqs_url(url)
+        self._client: Any = None
+        self._queues: dict[str, _Queue] = {}
+        #: API calls made, by operation name (for benchmarks and tests).
+        self.calls: dict[str, int] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def open(self) -> None:
+        if self._client is not None:
+            return
+        s = self.settings
+        with map_botocore_errors("SQS: open"):
+            session = boto3.session.Session(profile_name=s.profile, region_name=s.region)
+            self._client = session.client(
+                "sqs",
+                endpoint_url=s.endpoint_url,
+                config=Config(
+                    connect_timeout=5,
+                    read_timeout=30,  # above the longest long poll (20 s)
+                    retries={"mode": "standard", "max_attempts": 3},
+                    max_pool_connections=4,
+                ),
+            )
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # closing a broken connection pool
+                log.debug("closing the SQS client failed", exc_info=True)
+
+    def _call(self, operation: str, **params: Any) -> dict[str, Any]:
+        if self._client is None:
+            self.open()
+        self.calls[operation] = self.calls.get(operation, 0) + 1
+        with map_botocore_errors(f"SQS {operation}"):
+            result: dict[str, Any] = getattr(self._client, _snake(operation))(**params)
+        return result
+
+    # -- topology --------------------------------------------------------------------------
+    def declare(self, queue: QueueSpec) -> None:
+        name, dlq_name = sqs_queue_name(self.settings.prefix, queue.name)
+        fifo = name.endswith(".fifo")
+        base: dict[str, str] = {"MessageRetentionPeriod": str(_RETENTION)}
+        if fifo:
+            base["FifoQueue"] = "true"
+        dlq_url = self._create(dlq_name, base)
+        dlq_arn = self._call("GetQueueAttributes", QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        url = self._create(name, base)
+        redrive = json.dumps(
+            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(queue.max_deliveries + 1)}
+        )
+        self._call(
+            "SetQueueAttributes",
+            QueueUrl=url,
+            Attributes={"RedrivePolicy": redrive, "MessageRetentionPeriod": str(_RETENTION)},
+        )
+        info = self._describe(queue.name, url, dlq_url, fifo)
+        info.max_deliveries = queue.max_deliveries
+        group = queue.options.get("message_group_id")
+        info.group = str(group) if group else None
+
+    def _create(self, name: str, attributes: dict[str, str]) -> str:
+        try:
+            return str(self._call("CreateQueue", QueueName=name, Attributes=attributes)["QueueUrl"])
+        except PermanentAdapterError as exc:
+            # QueueAlreadyExists: same name, other attributes; the attributes are set after.
+            cause = exc.__cause__
+            if isinstance(cause, ClientError) and error_code(cause).endswith("QueueAlreadyExists"):
+                return str(self._call("GetQueueUrl", QueueName=name)["QueueUrl"])
+            raise
+
+    def _describe(self, queue: str, url: str, dlq_url: str, fifo: bool) -> _Queue:
+        attrs = self._call("GetQueueAttributes", QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        info = _Queue(
+            name=queue,
+            url=url,
+            dlq_url=dlq_url,
+            fifo=fifo,
+            max_size=int(attrs.get("MaximumMessageSize", 262_144)),
+        )
+        redrive = attrs.get("RedrivePolicy")
+        if redrive:
+            info.max_deliveries = int(json.loads(redrive)["maxReceiveCount"]) - 1
+        self._queues[queue] = info
+        return info
+
+    def _queue(self, queue: str) -> _Queue:
+        """The queue's URLs and limits; declared with defaults when it does not exist yet."""
+        info = self._queues.get(queue)
+        if info is not None:
+            return info
+        name, dlq_name = sqs_queue_name(self.settings.prefix, queue)
+        try:
+            url = str(self._call("GetQueueUrl", QueueName=name)["QueueUrl"])
+            dlq_url = str(self._call("GetQueueUrl", QueueName=dlq_name)["QueueUrl"])
+        except QueueNotFound:
+            self.declare(QueueSpec(queue))
+            return self._queues[queue]
+        return self._describe(queue, url, dlq_url, name.endswith(".fifo"))
+
+    def queues(self) -> Sequence[str]:
+        prefix = self.settings.prefix
+        names: list[str] = []
+        params: dict[str, Any] = {"MaxResults": 1000}
+        if prefix:
+            params["QueueNamePrefix"] = prefix
+        while True:
+            out = self._call("ListQueues", **params)
+            for url in out.get("QueueUrls", []):
+                name = url.rsplit("/", 1)[-1]
+                if not name.startswith(prefix) or name.endswith(("-dlq", "-dlq.fifo")):
+                    continue
+                names.append(name[len(prefix) :])
+            token = out.get("NextToken")
+            if not token:
+                return sorted(names)
+            params["NextToken"] = token
+
+    # -- producing -------------------------------------------------------------------------
+    def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        if not messages:
+            return
+        for m in messages:
+            self.check_delay(m.delay)
+        info = self._queue(queue)
+        entries = [self._entry(info, m, i) for i, m in enumerate(messages)]
+        self._send_batches(info, info.url, entries, [m.id for m in messages])
+
+    def _entry(
+        self,
+        info: _Queue,
+        m: Outgoing,
+        index: int,
+        *,
+        extra: dict[str, str] | None = None,
+        delay: float | None = None,
+    ) -> dict[str, Any]:
+        body, attrs = _encode_body(m.body)
+        attrs[_ID] = _string(m.id)
+        for key, value in (extra or {}).items():
+            attrs[key] = _string(value)
+        delay = m.delay if delay is None else delay
+        entry: dict[str, Any] = {"Id": str(index), "MessageBody": body}
+        if delay > 0:
+            if not info.fifo and delay <= self.settings.max_native_delay:
+                entry["DelaySeconds"] = math.ceil(delay)
+            else:
+                # Beyond DelaySeconds (or on FIFO queues): the due time rides along, and the
+                # early receive re-arms the message by visibility.
+                attrs[_DUE] = {"DataType": "Number", "StringValue": f"{time.time() + delay:.3f}"}
+                if not info.fifo:
+                    entry["DelaySeconds"] = int(self.settings.max_native_delay)
+        if info.fifo:
+            headers = _headers(m.body)
+            group = headers.get("message_group_id") or info.group or self.settings.message_group
+            entry["MessageGroupId"] = str(group)[:128]
+            # The idempotency key dedups a publish made twice (SQS keeps the id 5 minutes);
+            # without one, only a byte-identical resend of the same message is a duplicate.
+            idem = headers.get("idempotency_key")
+            digest = hashlib.sha256(
+                f"key:{idem}".encode() if idem is not None else f"msg:{m.id}:".encode() + m.body
+            )
+            entry["MessageDeduplicationId"] = digest.hexdigest()
+        entry["MessageAttributes"] = attrs
+        size = _size(entry)
+        if size > info.max_size:
+            raise MessageTooLarge(
+                f"message {m.id}: {size} bytes on the wire (body and attributes); SQS queue "
+                f"{info.name!r} accepts at most {info.max_size} (MaximumMessageSize); nothing "
+                "was published"
+            )
+        return entry
+
+    def _send_batches(
+        self, info: _Queue, url: str, entries: list[dict[str, Any]], ids: Sequence[str]
+    ) -> None:
+        failed: list[str] = []
+        transient = False
+        for chunk in _chunks(entries, info.max_size):
+            out = self._call("SendMessageBatch", QueueUrl=url, Entries=chunk)
+            for f in out.get("Failed", []):
+                failed.append(f"{ids[int(f['Id'])]} ({f.get('Code')}: {f.get('Message', '')})")
+                transient = transient or not f.get("SenderFault", False)
+        if failed:
+            error = TransientAdapterError if transient else PermanentAdapterError
+            raise error(f"SQS refused {len(failed)} message(s): {'; '.join(failed[:5])}")
+
+    def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
+        if not messages:
+            return
+        info = self._queue(queue)
+        now = time.time()
+        entries = [
+            self._entry(info, m, i, extra=_dead_attrs(reason, now, 0), delay=0.0)
+            for i, m in enumerate(messages)
+        ]
+        self._send_batches(info, info.dlq_url, entries, [m.id for m in messages])
+
+    # -- consuming -------------------------------------------------------------------------
+    def receive(
+        self, queue: str, *, max_messages: int, wait: float, lease: float
+    ) -> Sequence[Delivery]:
+        if max_messages <= 0:
+            return []
+        info = self._queue(queue)
+        visibility = _visibility(lease)
+        wait_seconds = 0 if wait <= 0 else min(20, max(1, round(wait)))
+        out: list[Delivery] = []
+        calls = 0
+        while len(out) < max_messages and calls <= max_messages // _BATCH + 1:
+            n = min(_BATCH, max_messages - len(out))
+            started = time.time()
+            got = self._call(
+                "ReceiveMessage",
+                QueueUrl=info.url,
+                MaxNumberOfMessages=n,
+                WaitTimeSeconds=wait_seconds if calls == 0 else 0,
+                VisibilityTimeout=visibility,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            calls += 1
+            early: list[tuple[str, int]] = []
+            now = time.time()
+            for m in got:
+                attrs = m.get("MessageAttributes", {})
+                due = _number(attrs.get(_DUE))
+                if due is not None and due > now:
+                    # Not a delivery: hide it until due (at most 12 h per receive).
+                    early.append((m["ReceiptHandle"], min(MAX_VISIBILITY, math.ceil(due - now))))
+                    continue
+                out.append(self._delivery(info, m, started, visibility, due))
+            if early:
+                self._rearm(info, early)
+            if len(got) < n:
+                break
+        return out
+
+    def _delivery(
+        self, info: _Queue, m: dict[str, Any], started: float, visibility: int, due: float | None
+    ) -> Delivery:
+        attrs = m.get("MessageAttributes", {})
+        system = m.get("Attributes", {})
+        count = int(system.get("ApproximateReceiveCount", "1"))
+        first = _number({"StringValue": system.get("ApproximateFirstReceiveTimestamp", "")})
+        if due is not None and first is not None and first / 1000.0 < due - 0.5:
+            count -= 1  # the first receive was the early one of a long delay
+        deadline = started + visibility
+        return Delivery(
+            queue=info.name,
+            message_id=_text(attrs.get(_ID)) or m["MessageId"],
+            body=_decode_body(m["Body"], attrs),
+            receipt=SQSReceipt(m["ReceiptHandle"], info.url, started, deadline),
+            attempt=max(1, count),
+            lease_deadline=deadline,
+        )
+
+    def _rearm(self, info: _Queue, early: list[tuple[str, int]]) -> None:
+        for chunk in _slices(early, _BATCH):
+            self._call(
+                "ChangeMessageVisibilityBatch",
+                QueueUrl=info.url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": v}
+                    for i, (h, v) in enumerate(chunk)
+                ],
+            )
+
+    # -- settling --------------------------------------------------------------------------
+    @staticmethod
+    def _split(deliveries: Iterable[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
+        """Split into (valid, stale) by what this adapter knows of each lease."""
+        now = time.time()
+        valid: list[Delivery] = []
+        stale: list[Delivery] = []
+        for d in deliveries:
+            r = d.receipt
+            if not isinstance(r, SQSReceipt):
+                raise PermanentAdapterError(f"not an SQS receipt: {r!r}")
+            if r.settled or now + _FENCE_MARGIN >= r.deadline:
+                stale.append(d)
+            else:
+                valid.append(d)
+        return valid, stale
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        valid, stale = self._split(deliveries)
+        refused = self._batch(
+            "DeleteMessageBatch",
+            valid,
+            lambda d, i: {"Id": str(i), "ReceiptHandle": d.receipt.handle},
+        )
+        for d in valid:
+            d.receipt.settled = True
+        stale += refused
+        if stale:
+            raise StaleReceipt(_in_order(deliveries, stale), "ack")
+
+    def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
+        valid, stale = self._split(deliveries)
+        now = time.time()
+        wanted = _visibility(lease)
+        capped: list[Delivery] = []
+        plan: list[tuple[Delivery, int]] = []
+        for d in valid:
+            room = MAX_VISIBILITY - math.ceil(now - d.receipt.received_at)
+            if room < wanted:
+                capped.append(d)
+                if room <= 0:
+                    continue
+            plan.append((d, min(wanted, room)))
+        by_delivery = dict((id(d), v) for d, v in plan)
+        refused = self._batch(
+            "ChangeMessageVisibilityBatch",
+            [d for d, _ in plan],
+            lambda d, i: {
+                "Id": str(i),
+                "ReceiptHandle": d.receipt.handle,
+                "VisibilityTimeout": by_delivery[id(d)],
+            },
+        )
+        refused_ids = {id(d) for d in refused}
+        for d, v in plan:
+            if id(d) not in refused_ids:
+                d.receipt.deadline = now + v
+        stale += refused
+        if capped:
+            log.error(
+                "SQS cannot keep %d message(s) invisible past 12 hours per receive: %s",
+                len(capped),
+                ", ".join(d.message_id for d in capped[:5]),
+            )
+        if stale:
+            raise StaleReceipt(_in_order(deliveries, stale), "extend")
+        if capped:
+            raise VisibilityCapReached(capped, MAX_VISIBILITY)
+
+    def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
+        self.check_delay(delay)
+        _, stale = self._split([delivery])
+        if stale:
+            raise StaleReceipt(stale, "nack")
+        r: SQSReceipt = delivery.receipt
+        if math.ceil(delay) + (time.time() - r.received_at) > MAX_VISIBILITY:
+            # Past what visibility can hold for this receive: a fresh copy carries the delay.
+            info = self._queue(delivery.queue)
+            out = Outgoing(delivery.message_id, delivery.body, delay)
+            self._send_batches(info, info.url, [self._entry(info, out, 0)], [out.id])
+            self._settle_one("DeleteMessage", delivery, QueueUrl=r.queue_url)
+            return
+        self._settle_one(
+            "ChangeMessageVisibility",
+            delivery,
+            QueueUrl=r.queue_url,
+            VisibilityTimeout=math.ceil(delay),
+        )
+
+    def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
+        _, stale = self._split([delivery])
+        if stale:
+            raise StaleReceipt(stale, "dead_letter")
+        info = self._queue(delivery.queue)
+        out = Outgoing(delivery.message_id, delivery.body if body is None else body)
+        entry = self._entry(
+            info, out, 0, extra=_dead_attrs(reason, time.time(), delivery.attempt), delay=0.0
+        )
+        self._send_batches(info, info.dlq_url, [entry], [out.id])
+        self._settle_one("DeleteMessage", delivery, QueueUrl=delivery.receipt.queue_url)
+
+    def _settle_one(self, operation: str, delivery: Delivery, **params: Any) -> None:
+        r: SQSReceipt = delivery.receipt
+        try:
+            self._call(operation, ReceiptHandle=r.handle, **params)
+        except PermanentAdapterError as exc:
+            if _is_stale(exc):
+                r.settled = True
+                raise StaleReceipt([delivery], _snake(operation)) from exc
+            raise
+        r.settled = True
+
+    def _batch(
+        self,
+        operation: str,
+        deliveries: list[Delivery],
+        entry: Callable[[Delivery, int], dict[str, Any]],
+    ) -> list[Delivery]:
+        """Run a batch operation per queue; return the deliveries SQS refused as stale."""
+        stale: list[Delivery] = []
+        errors: list[str] = []
+        by_url: dict[str, list[Delivery]] = {}
+        for d in deliveries:
+            by_url.setdefault(d.receipt.queue_url, []).append(d)
+        for url, group in by_url.items():
+            for chunk in _slices(group, _BATCH):
+                out = self._call(
+                    operation, QueueUrl=url, Entries=[entry(d, i) for i, d in enumerate(chunk)]
+                )
+                for f in out.get("Failed", []):
+                    d = chunk[int(f["Id"])]
+                    if f.get("Code") in _STALE_CODES:
+                        d.receipt.settled = True
+                        stale.append(d)
+                    else:
+                        errors.append(f"{d.message_id}: {f.get('Code')}: {f.get('Message', '')}")
+        if errors:
+            raise PermanentAdapterError(f"SQS {operation} failed for {'; '.join(errors[:5])}")
+        return stale
+
+    # -- dead letters ----------------------------------------------------------------------
+    def _peek(self, url: str) -> list[dict[str, Any]]:
+        """Take every message of ``url`` briefly, to look at it; see :meth:`_unpeek`."""
+        seen: list[dict[str, Any]] = []
+        while len(seen) < _PEEK_LIMIT:
+            got = self._call(
+                "ReceiveMessage",
+                QueueUrl=url,
+                MaxNumberOfMessages=_BATCH,
+                WaitTimeSeconds=0,
+                VisibilityTimeout=_PEEK_VISIBILITY,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            seen.extend(got)
+            if not got:
+                break
+        return seen
+
+    def _unpeek(self, url: str, messages: list[dict[str, Any]]) -> None:
+        for chunk in _slices(messages, _BATCH):
+            self._call(
+                "ChangeMessageVisibilityBatch",
+                QueueUrl=url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                    for i, m in enumerate(chunk)
+                ],
+            )
+
+    def _delete(self, url: str, messages: list[dict[str, Any]]) -> None:
+        for chunk in _slices(messages, _BATCH):
+            self._call(
+                "DeleteMessageBatch",
+                QueueUrl=url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)
+                ],
+            )
+
+    def _dead_letter_of(self, info: _Queue, m: dict[str, Any]) -> DeadLetter:
+        attrs: dict[str, Any] = m.get("MessageAttributes", {})
+        sent = int(m.get("Attributes", {}).get("SentTimestamp", "0")) / 1000.0
+        dead_at = _number(attrs.get(_DEAD_AT))
+        attempt = _number(attrs.get(_ATTEMPT))
+        return DeadLetter(
+            queue=info.name,
+            message_id=_text(attrs.get(_ID)) or m["MessageId"],
+            body=_decode_body(m["Body"], attrs),
+            # Without ackwise's attributes, the redrive policy moved it: too many receives.
+            reason=_text(attrs.get(_REASON)) or "max_deliveries",
+            dead_at=dead_at if dead_at is not None else sent,
+            attempt=int(attempt) if attempt is not None else (info.max_deliveries or 0) + 1,
+        )
+
+    def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
+        info = self._queue(queue)
+        peeked = self._peek(info.dlq_url)
+        try:
+            letters = [self._dead_letter_of(info, m) for m in peeked]
+        finally:
+            self._unpeek(info.dlq_url, peeked)
+        letters.sort(key=lambda x: x.dead_at)
+        return letters[:limit]
+
+    def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        info = self._queue(queue)
+        wanted = set(message_ids)
+        peeked = self._peek(info.dlq_url)
+        chosen = [m for m in peeked if self._dead_letter_of(info, m).message_id in wanted]
+        rest = _without(peeked, chosen)
+        try:
+            if chosen:
+                letters = [self._dead_letter_of(info, m) for m in chosen]
+                entries = [
+                    self._entry(info, Outgoing(x.message_id, x.body), i)
+                    for i, x in enumerate(letters)
+                ]
+                # Published first, then deleted: a crash in between replays it twice, never 0.
+                self._send_batches(info, info.url, entries, [x.message_id for x in letters])
+                self._delete(info.dlq_url, chosen)
+        finally:
+            self._unpeek(info.dlq_url, rest)
+        return len(chosen)
+
+    def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
+        info = self._queue(queue)
+        peeked = self._peek(info.dlq_url)
+        if message_ids is None:
+            chosen = peeked
+        else:
+            wanted = set(message_ids)
+            chosen = [m for m in peeked if self._dead_letter_of(info, m).message_id in wanted]
+        rest = _without(peeked, chosen)
+        try:
+            self._delete(info.dlq_url, chosen)
+        finally:
+            self._unpeek(info.dlq_url, rest)
+        return len(chosen)
+
+    # -- inspection ------------------------------------------------------------------------
+    def stats(self, queue: str) -> QueueStats:
+        """Count from SQS's approximate attributes.
+
+        ``in_flight`` includes messages hidden by ``nack(delay)`` or re-armed long delays (SQS
+        shows them as not visible); ``oldest_age`` is 0.0: SQS publishes the age of the oldest
+        message only as a CloudWatch metric.
+        """
+        info = self._queue(queue)
+        names = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesDelayed",
+            "ApproximateNumberOfMessagesNotVisible",
+        ]
+        main = self._call("GetQueueAttributes", QueueUrl=info.url, AttributeNames=names)[
+            "Attributes"
+        ]
+        dead = self._call("GetQueueAttributes", QueueUrl=info.dlq_url, AttributeNames=names)[
+            "Attributes"
+        ]
+        return QueueStats(
+            queue=queue,
+            ready=int(main.get(names[0], 0)),
+            delayed=int(main.get(names[1], 0)),
+            in_flight=int(main.get(names[2], 0)),
+            dead=sum(int(dead.get(n, 0)) for n in names),
+            oldest_age=0.0,
+        )
+
+    def purge(self, queue: str) -> int:
+        """Delete every receivable message; messages still in ``DelaySeconds`` cannot be reached.
+
+        Not ``PurgeQueue``: it deletes in-flight messages too (and runs once a minute at most).
+        """
+        info = self._queue(queue)
+        total = 0
+        while True:
+            got = self._call(
+                "ReceiveMessage",
+                QueueUrl=info.url,
+                MaxNumberOfMessages=_BATCH,
+                WaitTimeSeconds=0,
+                VisibilityTimeout=_PEEK_VISIBILITY,
+            ).get("Messages", [])
+            if not got:
+                return total
+            self._delete(info.url, got)
+            total += len(got)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+_STALE_CODES = frozenset({"ReceiptHandleIsInvalid", "InvalidReceiptHandle", "MessageNotInflight"})
+
+
+def _is_stale(exc: AdapterError) -> bool:
+    cause = exc.__cause__
+    return isinstance(cause, ClientError) and (
+        error_code(cause) in _STALE_CODES or error_code(cause).endswith("MessageNotInflight")
+    )
+
+
+def _snake(operation: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
+
+
+def _visibility(lease: float) -> int:
+    if lease > MAX_VISIBILITY:
+        raise PermanentAdapterError(
+            f"lease {lease}s exceeds SQS's visibility cap of {MAX_VISIBILITY}s (12 hours)"
+        )
+    return max(0, math.ceil(lease))
+
+
+def _string(value: str) -> dict[str, str]:
+    return {"DataType": "String", "StringValue": value}
+
+
+def _text(attr: dict[str, Any] | None) -> str | None:
+    return None if attr is None else attr.get("StringValue")
+
+
+def _number(attr: dict[str, Any] | None) -> float | None:
+    if attr is None:
+        return None
+    try:
+        return float(attr.get("StringValue", ""))
+    except ValueError:
+        return None
+
+
+def _dead_attrs(reason: str, dead_at: float, attempt: int) -> dict[str, str]:
+    return {_REASON: reason, _DEAD_AT: f"{dead_at:.6f}", _ATTEMPT: str(attempt)}
+
+
+def _encode_body(body: bytes) -> tuple[str, dict[str, Any]]:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and text and not _INVALID_BODY.search(text):
+        return text, {}
+    return base64.b64encode(body).decode("ascii"), {_ENC: _string("base64")}
+
+
+def _decode_body(body: str, attrs: dict[str, Any]) -> bytes:
+    if _text(attrs.get(_ENC)) == "base64":
+        return base64.b64decode(body)
+    return body.encode("utf-8")
+
+
+def _headers(body: bytes) -> dict[str, Any]:
+    try:
+        return dict(decode_envelope(body).headers)
+    except Exception:  # not an envelope: no headers to read
+        return {}
+
+
+def _size(entry: dict[str, Any]) -> int:
+    """The message's size as SQS counts it: body plus attribute names, types and values."""
+    size = len(entry["MessageBody"].encode("utf-8"))
+    for name, attr in entry.get("MessageAttributes", {}).items():
+        size += len(name) + len(attr["DataType"]) + len(attr["StringValue"].encode("utf-8"))
+    return size
+
+
+def _chunks(entries: list[dict[str, Any]], max_bytes: int) -> Iterable[list[dict[str, Any]]]:
+    """Batches of at most 10 entries and ``max_bytes`` in total (SendMessageBatch's limits)."""
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for e in entries:
+        s = _size(e)
+        if chunk and (len(chunk) == _BATCH or size + s > max_bytes):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(e)
+        size += s
+    if chunk:
+        yield chunk
+
+
+def _slices(items: list[Any], n: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+def _without(items: list[Any], removed: list[Any]) -> list[Any]:
+    gone = {id(x) for x in removed}
+    return [x for x in items if id(x) not in gone]
+
+
+def _in_order(all_: Sequence[Delivery], subset: list[Delivery]) -> list[Delivery]:
+    ids = {id(d) for d in subset}
+    return [d for d in all_ if id(d) in ids]
