@@ -7,6 +7,7 @@ injects faults at barriers, and reads the broker's own view for the checker.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -19,15 +20,33 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from ackwise import Ack, Adapter, App, BrokerURL, DeadLetter, QueueSpec, QueueStats, open_adapter
+from ackwise import (
+    Ack,
+    Adapter,
+    App,
+    BrokerURL,
+    DeadLetter,
+    LeaderLock,
+    LockInfo,
+    QueueSpec,
+    QueueStats,
+    decode_envelope,
+    open_adapter,
+    open_lock,
+)
 from ackwise.errors import AdapterError
 from ackwise.testing import InProcessWorker
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.journal import Journal
 from ackwise_conformance.workload import build_app, task_name
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_US = dt.timedelta(microseconds=1)
+
 __all__ = [
+    "BeatHandle",
     "Broker",
+    "Fire",
     "Harness",
     "NotApplicable",
     "Pending",
@@ -196,6 +215,96 @@ class WorkerHandle:
             self.proc.wait(10)
 
 
+@dataclass(frozen=True)
+class Fire:
+    """One message a beat process enqueued, as read back from the queue."""
+
+    schedule: str
+    fire_time: str
+    #: ``fire_time`` in microseconds since the Unix epoch.
+    fire_us: int
+    fence: int
+    key: str
+    #: When the beat published it (the envelope's ``created_at``, wall clock).
+    published_at: float
+
+
+class BeatHandle:
+    """One ``ackwise beat`` process running ``ackwise_conformance.beat_workload:app``."""
+
+    def __init__(self, harness: Harness, index: int, args: Sequence[str], env: dict[str, str]):
+        self.harness = harness
+        self.index = index
+        self.log = harness.workdir / f"beat-{index}.log"
+        with open(self.log, "ab") as log:
+            self.proc: subprocess.Popen[bytes] = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ackwise",
+                    "beat",
+                    "ackwise_conformance.beat_workload:app",
+                    *args,
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def wait_ready(self, timeout: float) -> BeatHandle:
+        eventually(
+            lambda: "beat ready" in self.output() or self.proc.poll() is not None,
+            timeout,
+            description=f"beat {self.index} to start",
+        )
+        if self.proc.poll() is not None:
+            raise ScenarioFailed(f"beat {self.index} exited at start:\n{self.output()[-3000:]}")
+        return self
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def stopped(self) -> bool:
+        """Whether the process is stopped (SIGSTOP took effect), from ``/proc``."""
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rpartition(")")[2].split()[0] in ("T", "t")
+
+    def terminate(self) -> None:
+        self.signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise ScenarioFailed(
+                f"beat {self.index} did not exit within {timeout:.1f}s:\n{self.output()[-3000:]}"
+            ) from None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+
+
 class Harness:
     """Everything one (scenario, mode) case needs."""
 
@@ -235,6 +344,11 @@ class Harness:
         os.environ["ACKWISE_CONFORMANCE_GATES"] = str(self.gates)
         self.app: App = build_app(broker.url)
         self.workers: list[WorkerHandle] = []
+        self.beats: list[BeatHandle] = []
+        self._beat_app = f"conformance-beat-{uuid.uuid4().hex[:12]}"
+        self._lock: LeaderLock | None = None
+        self._fires: dict[str, list[Fire]] = {}
+        self._extra_queues: set[str] = set()
         self._published: dict[str, str] = {}  # message id -> key
 
     # -- time ------------------------------------------------------------------------------
@@ -343,6 +457,102 @@ class Harness:
             handle.wait_ready(self.patience * 2)
         return handle
 
+    # -- beat ------------------------------------------------------------------------------
+    def beat(
+        self,
+        *,
+        every: float,
+        ttl: float,
+        tick: float,
+        group: str = "",
+        queue: str | None = None,
+        lock_url: str | None = None,
+        wait_ready: bool = True,
+    ) -> BeatHandle:
+        """Start an ``ackwise beat`` process firing one interval schedule into ``queue``.
+
+        Beats of one ``group`` share an app name, hence a lock; ``lock_url`` (default: the
+        broker's own store) lets one of them reach the lock store through a fault proxy
+        while it publishes directly.
+        """
+        self.require_processes("beat processes")
+        queue = queue or self.queue
+        if queue != self.queue and queue not in self._extra_queues:
+            self.adapter.declare(QueueSpec(queue))
+            self._extra_queues.add(queue)
+        env = {
+            **self._env,
+            "ACKWISE_CONFORMANCE_BEAT_APP": self.beat_app(group),
+            "ACKWISE_CONFORMANCE_BEAT_EVERY": repr(every),
+            "ACKWISE_CONFORMANCE_BEAT_QUEUE": queue,
+        }
+        args = ["--ttl", repr(ttl), "--tick", repr(tick)]
+        if lock_url is not None:
+            args += ["--lock", lock_url]
+        handle = BeatHandle(self, len(self.beats), args, env)
+        self.beats.append(handle)
+        if wait_ready:
+            handle.wait_ready(self.patience * 2)
+        return handle
+
+    def beat_app(self, group: str = "") -> str:
+        return f"{self._beat_app}{group}"
+
+    @property
+    def beat_lock(self) -> LeaderLock:
+        """The case's own handle on the lock store (direct, never through a proxy)."""
+        if self._lock is None:
+            lock = open_lock(self.broker.url)
+            lock.timeout = 2.0
+            lock.open()
+            self._lock = lock
+        return self._lock
+
+    def leader(self, group: str = "") -> LockInfo | None:
+        """Who holds the group's beat lock now, as the store sees it."""
+        return self.beat_lock.info(f"ackwise.beat.{self.beat_app(group)}")
+
+    def leader_pid(self, group: str = "") -> int | None:
+        info = self.leader(group)
+        if info is None:
+            return None
+        return int(info.owner.rpartition(":")[2])
+
+    def fires(self, queue: str | None = None) -> list[Fire]:
+        """Every fire enqueued on ``queue`` so far, in fire-time order (read, then acked)."""
+        queue = queue or self.queue
+        seen = self._fires.setdefault(queue, [])
+        while True:
+            batch = self.adapter.receive(queue, max_messages=500, wait=0, lease=60)
+            if not batch:
+                break
+            for d in batch:
+                env = decode_envelope(d.body)
+                beat = env.headers.get("beat") or {}
+                fire_time = str(beat.get("fire_time"))
+                when = dt.datetime.fromisoformat(fire_time)
+                seen.append(
+                    Fire(
+                        schedule=str(beat.get("schedule")),
+                        fire_time=fire_time,
+                        fire_us=(when - _EPOCH) // _US,
+                        fence=int(beat.get("fence", 0)),
+                        key=str(env.headers.get("idempotency_key")),
+                        published_at=env.created_at,
+                    )
+                )
+            self.adapter.ack(batch)
+        seen.sort(key=lambda f: (f.fire_us, f.published_at))
+        return list(seen)
+
+    def fire_count(self, queue: str | None = None) -> int:
+        """Fires enqueued on ``queue`` so far (cheap: the broker's count plus those read)."""
+        queue = queue or self.queue
+        return self.stats_of(queue).ready + len(self._fires.get(queue, []))
+
+    def stats_of(self, queue: str) -> QueueStats:
+        return self.adapter.stats(queue)
+
     # -- barriers --------------------------------------------------------------------------
     def open_gate(self, name: str) -> None:
         (self.gates / name).touch()
@@ -399,15 +609,22 @@ class Harness:
 
     # -- cleanup ---------------------------------------------------------------------------
     def close(self) -> None:
-        for w in self.workers:
+        handles: list[WorkerHandle | BeatHandle] = [*self.workers, *self.beats]
+        for w in handles:
             try:
                 w.close()
             except Exception:
                 pass
-        try:
-            self.adapter.purge(self.queue)
-        except AdapterError:
-            pass
+        if self._lock is not None:
+            try:
+                self._lock.close()
+            except AdapterError:
+                pass
+        for queue in (self.queue, *sorted(self._extra_queues)):
+            try:
+                self.adapter.purge(queue)
+            except AdapterError:
+                pass
         try:
             self.adapter.close()
         finally:
