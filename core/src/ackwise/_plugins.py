@@ -246,16 +246,26 @@ class Plugins:
 
 
 _default: Plugins | None = None
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered only to report a nested call as an error
+_loading = False
 
 
 def get_plugins() -> Plugins:
     """Return the process-wide plugin manager, loading plugins on first use."""
-    global _default
+    global _default, _loading
     if _default is None:
         with _lock:
             if _default is None:
-                _default = Plugins()
+                if _loading:
+                    raise ConfigurationError(
+                        "get_plugins() was called while plugins are being loaded (by a plugin "
+                        "module at import time?): call it lazily, inside a function"
+                    )
+                _loading = True
+                try:
+                    _default = Plugins()
+                finally:
+                    _loading = False
     return _default
 
 

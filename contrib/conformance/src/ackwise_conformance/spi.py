@@ -25,6 +25,12 @@ operation to delete them).
 
 A test whose capability the adapter declares absent is skipped with ``n/a:`` and the reason;
 the gate tests check that such an adapter raises :class:`~ackwise.errors.UnsupportedCapability`.
+
+Connection-based leases (``lease_extension=CONNECTION``, RabbitMQ) do not expire while the
+consumer's connection lives: for those adapters "the lease expires" is expressed as "the
+consumer loses its connection" (:meth:`AdapterConformance.lose_lease`: close and reopen the
+adapter), and the lease-expiry test checks that the delivery outlives its nominal lease while
+the connection lives and comes back with ``attempt + 1`` once it is gone.
 """
 
 from __future__ import annotations
@@ -385,6 +391,20 @@ class AdapterConformance:
         adapter.ack([got["b"]])  # the other delivery was not touched
         self.assert_stats(adapter, queue, ready=0, in_flight=0)
 
+    def connection_leases(self, adapter: Adapter) -> bool:
+        return self.capabilities_of(adapter).lease_extension is LeaseExtension.CONNECTION
+
+    def lose_lease(self, adapter: Adapter) -> None:
+        """End the leases ``adapter`` holds: wait them out, or drop its connection.
+
+        With connection-based leases the broker takes a delivery back only when the
+        consumer's connection goes, so the adapter is closed and opened again: its receipts
+        are now of a connection that is gone.
+        """
+        if self.connection_leases(adapter):
+            adapter.close()
+            adapter.open()
+
     def _expire_and_redeliver(
         self, adapter: Adapter, other: Adapter, queue: str
     ) -> tuple[Delivery, Delivery]:
@@ -394,6 +414,7 @@ class AdapterConformance:
         """
         adapter.publish(queue, [Outgoing("m", b"body")])
         (old,) = self.take(adapter, queue, lease=self.lease_s)
+        self.lose_lease(adapter)
         (new,) = self.take(
             other, queue, lease=30 * self.lease_s, timeout=self.lease_s + self.patience
         )
@@ -440,7 +461,12 @@ class AdapterConformance:
     ) -> None:
         adapter.publish(queue, [Outgoing("m", b"body")])
         (first,) = self.take(adapter, queue, lease=self.lease_s)
-        self.assert_nothing_receivable(other, queue, 0.5 * self.lease_s)
+        if self.connection_leases(adapter):
+            # Held while the connection lives, past the nominal lease; back once it is gone.
+            self.assert_nothing_receivable(other, queue, 1.5 * self.lease_s)
+            self.lose_lease(adapter)
+        else:
+            self.assert_nothing_receivable(other, queue, 0.5 * self.lease_s)
         (second,) = self.take(other, queue, timeout=self.lease_s + self.patience)
         received_at = time.time()
         assert received_at >= first.lease_deadline - 0.05 * self.scale, (
@@ -496,6 +522,19 @@ class AdapterConformance:
         with pytest.raises(StaleReceipt):
             adapter.ack([first])  # the nacked delivery's receipt is spent
         adapter.ack([second])
+
+    def test_nack_then_close_returns_the_message_to_other_consumers_at_once(
+        self, adapter_factory: AdapterFactory, other: Adapter, queue: str
+    ) -> None:
+        # The graceful-shutdown path: prefetched messages are nacked, then the adapter closes.
+        first = adapter_factory()
+        first.open()
+        first.publish(queue, [Outgoing("m", b"x")])
+        (d,) = first.receive(queue, max_messages=1, wait=self.patience, lease=self.patience * 10)
+        first.nack(d)
+        first.close()
+        (again,) = self.take(other, queue, timeout=self.patience)
+        assert again.message_id == "m"
 
     def test_nack_with_delay_hides_the_message_until_due(
         self, adapter: Adapter, queue: str
