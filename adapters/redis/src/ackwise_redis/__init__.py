@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ackwise_redis._adapter import MAX_MESSAGE_SIZE, RedisAdapter
     from ackwise_redis._errors import ERROR_MAP, map_redis_errors, translate_redis_error
+    from ackwise_redis._lock import RedisLeaderLock
     from ackwise_redis._url import RedisSettings, parse_redis_url
 
 __all__ = [
     "ERROR_MAP",
     "MAX_MESSAGE_SIZE",
     "RedisAdapter",
+    "RedisLeaderLock",
     "RedisSettings",
     "map_redis_errors",
     "parse_redis_url",
@@ -26,6 +28,7 @@ __all__ = [
 _WHERE = {
     "MAX_MESSAGE_SIZE": "_adapter",
     "RedisAdapter": "_adapter",
+    "RedisLeaderLock": "_lock",
     "ERROR_MAP": "_errors",
     "map_redis_errors": "_errors",
     "translate_redis_error": "_errors",
