@@ -29,8 +29,10 @@ from ackwise import (
     Leadership,
     LockInfo,
     Periodic,
+    Plugins,
     QueueSpec,
     decode_envelope,
+    hookimpl,
     open_lock,
 )
 from ackwise.cli import main as ackwise_main
@@ -75,6 +77,46 @@ def test_sqlite_lock_shares_the_broker_file_without_touching_its_schema(tmp_path
     assert lock.info("n") is not None
     lock.close()
     app.close()
+
+
+def test_builtin_lock_backends_register_through_the_hook():
+    plugins = Plugins(autoload=False)
+    assert plugins.lock_backends.schemes() == ["memory", "sqlite"]
+    entry = plugins.lock_backends.get("sqlite")
+    assert entry.plugin == "ackwise" and entry.import_path == "ackwise._locks:SQLiteLeaderLock"
+
+
+def test_a_third_party_lock_backend_is_usable_by_url_and_duplicates_name_both_plugins():
+    class Third:
+        @hookimpl
+        def ackwise_register_lock_backends(self, registry):
+            registry.add("mem2", "ackwise._locks:MemoryLeaderLock", distribution="third")
+
+    plugins = Plugins(autoload=False)
+    plugins.register(Third(), name="third")
+    assert type(open_lock("mem2://x", plugins)).__name__ == "MemoryLeaderLock"
+
+    class Dup:
+        @hookimpl
+        def ackwise_register_lock_backends(self, registry):
+            registry.add("sqlite", "elsewhere:Other")
+
+    plugins.register(Dup(), name="dup-plugin")
+    with pytest.raises(ConfigurationError, match="registered twice") as info:
+        plugins.lock_backends  # noqa: B018
+    assert "by ackwise" in str(info.value) and "by dup-plugin" in str(info.value)
+
+
+def test_a_lock_backend_that_is_not_a_leader_lock_is_refused():
+    class Bad:
+        @hookimpl
+        def ackwise_register_lock_backends(self, registry):
+            registry.add("bad", "ackwise._memory:MemoryAdapter")
+
+    plugins = Plugins(autoload=False)
+    plugins.register(Bad(), name="bad")
+    with pytest.raises(ConfigurationError, match=r"not an ackwise\.LeaderLock subclass"):
+        open_lock("bad://x", plugins)
 
 
 def test_unknown_lock_scheme_names_the_installed_ones():
