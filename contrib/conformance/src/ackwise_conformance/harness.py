@@ -476,6 +476,7 @@ class Harness:
         while it publishes directly.
         """
         self.require_processes("beat processes")
+        self.require_lock_backend()
         queue = queue or self.queue
         if queue != self.queue and queue not in self._extra_queues:
             self.adapter.declare(QueueSpec(queue))
@@ -494,6 +495,20 @@ class Harness:
         if wait_ready:
             handle.wait_ready(self.patience * 2)
         return handle
+
+    def require_lock_backend(self) -> None:
+        """Beat scenarios test the broker's own lock store: n/a where it has none."""
+        from ackwise import get_plugins
+        from ackwise.errors import UnknownBrokerScheme
+
+        scheme = BrokerURL.parse(self.broker.url).scheme
+        try:
+            get_plugins().lock_backends.get(scheme)
+        except UnknownBrokerScheme:
+            raise NotApplicable(
+                f"broker {self.broker.name}: no leader-lock backend serves {scheme}:// "
+                "(beats on this broker take their lock elsewhere with --lock)"
+            ) from None
 
     def beat_app(self, group: str = "") -> str:
         return f"{self._beat_app}{group}"
