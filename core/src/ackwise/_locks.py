@@ -578,7 +578,26 @@ class SQLiteLeaderLock(LeaderLock):
                         pass
                 raise
 
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A plain read: in WAL mode a consistent snapshot that takes no write lock."""
+        from ackwise._sqlite import map_sqlite_errors
+
+        if self._db is None or self._pid != os.getpid():
+            self.open()
+        db = self._db
+        assert db is not None
+        with map_sqlite_errors(self.path):
+            yield db
+
     def acquire(self, name: str, token: str, ttl: float, owner: str) -> int | None:
+        with self._read() as db:  # a follower's usual answer, without the write lock
+            row = db.execute(
+                "SELECT expires_at FROM ackwise_locks WHERE name = ? AND token IS NOT NULL",
+                (name,),
+            ).fetchone()
+        if row is not None and row[0] > time.time():
+            return None
         with self._write() as db:
             now = time.time()  # read after the write lock is ours
             row = db.execute(
@@ -631,7 +650,7 @@ class SQLiteLeaderLock(LeaderLock):
             return Claim.CLAIMED
 
     def last_fires(self, name: str) -> dict[str, int]:
-        with self._write() as db:
+        with self._read() as db:
             rows = db.execute(
                 "SELECT schedule, max(fire_time) FROM ackwise_fires WHERE lock = ? "
                 "GROUP BY schedule",
@@ -640,7 +659,7 @@ class SQLiteLeaderLock(LeaderLock):
         return {schedule: int(t) for schedule, t in rows}
 
     def info(self, name: str) -> LockInfo | None:
-        with self._write() as db:
+        with self._read() as db:
             now = time.time()
             row = db.execute(
                 "SELECT owner, fence, expires_at FROM ackwise_locks "
