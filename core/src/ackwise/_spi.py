@@ -319,6 +319,16 @@ class Adapter(abc.ABC):
     def purge(self, queue: str) -> int:
         """Delete every ready and delayed message of ``queue``; return how many."""
 
+    def stop_receiving(self) -> None:  # noqa: B027 - optional, nothing to do by default
+        """Stop taking new messages, and give back at once any the adapter prefetched itself.
+
+        The worker calls it when a graceful stop begins, before it returns its own buffer.
+        Deliveries already handed out stay owned and may still be settled.  An adapter that
+        takes messages only inside :meth:`receive` has nothing to do (the default); one that
+        consumes into a buffer of its own (RabbitMQ's ``basic.consume``) cancels its consumers
+        here, or the broker would send the returned messages straight back to it.
+        """
+
     def queues(self) -> Sequence[str]:
         """Names of the queues the broker knows, where it can tell (for ``ackwise stats``)."""
         raise UnsupportedCapability(self.name, "listing queues")

@@ -326,6 +326,7 @@ class Worker:
                 # 1. stopping?
                 if self._stop_requested and grace_deadline is None:
                     grace_deadline = time.monotonic() + cfg.grace
+                    self.adapter.stop_receiving()
                     self._return_buffer()
                 if self._stop_requested == 2 or (
                     grace_deadline is not None and time.monotonic() >= grace_deadline

@@ -559,23 +559,42 @@ def _local_rabbitmq(tmp_dir: Path, durable: bool) -> BrokerHandle:
     unique; its Erlang distribution port (``RABBITMQ_DIST_PORT``, else AMQP port + 20000) must
     differ from every other node's, the shared one's 25672 included, so it is a free port too.
     ``RABBITMQ_CONF_ENV_FILE`` points at an empty file: the system's ``rabbitmq-env.conf``
-    would otherwise set the shared node's name.  No plugin, so no management listener.
+    would otherwise set the shared node's name.  The management plugin listens on a free
+    port of its own (the URL's ``management`` option): AMQP cannot count unacknowledged
+    messages, and the conformance checks need the broker's own in-flight count.
     """
     binary = _rabbitmq_binary()
     if binary is None:
         raise BrokerUnavailable("rabbitmq-server is not on PATH")
     node = f"ackwise-{uuid.uuid4().hex[:12]}@localhost"
+    management: dict[int, int] = {}
 
     def build(data_dir: Path, port: int) -> _Process:
         dist_port = free_port()
         while dist_port == port:
             dist_port = free_port()
+        mgmt_port = free_port()
+        while mgmt_port in (port, dist_port):
+            mgmt_port = free_port()
+        management[port] = mgmt_port
         log_dir = data_dir / "log"
         log_dir.mkdir()
         config = data_dir / "rabbitmq.conf"
-        config.write_text(f"listeners.tcp.default = 127.0.0.1:{port}\n")
+        config.write_text(
+            f"listeners.tcp.default = 127.0.0.1:{port}\n"
+            f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {mgmt_port}\n"
+            # Fresh in-flight counts for the checks (the default is every 5 s).
+            "collect_statistics_interval = 100\n"
+        )
+        # Quorum queues report their counts on every leader tick (default 5 s).
+        advanced = data_dir / "advanced.config"
+        advanced.write_text(
+            "[{rabbit, [{quorum_tick_interval, 200}, {collect_statistics_interval, 100}]},\n"
+            " {rabbitmq_management_agent, [{collect_statistics_interval, 100}]},\n"
+            " {rabbitmq_management, [{collect_statistics_interval, 100}]}].\n"
+        )
         plugins = data_dir / "enabled_plugins"
-        plugins.write_text("[].\n")
+        plugins.write_text("[rabbitmq_management].\n")
         env_file = data_dir / "rabbitmq-env.conf"
         env_file.write_text("")
         env = dict(os.environ)
@@ -589,6 +608,7 @@ def _local_rabbitmq(tmp_dir: Path, durable: bool) -> BrokerHandle:
             RABBITMQ_MNESIA_BASE=str(data_dir / "mnesia"),
             RABBITMQ_LOG_BASE=str(log_dir),
             RABBITMQ_CONFIG_FILE=str(config),
+            RABBITMQ_ADVANCED_CONFIG_FILE=str(advanced),
             RABBITMQ_ENABLED_PLUGINS_FILE=str(plugins),
             RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
             ERL_EPMD_ADDRESS="127.0.0.1",
@@ -606,7 +626,8 @@ def _local_rabbitmq(tmp_dir: Path, durable: bool) -> BrokerHandle:
     server = _start_local("rabbitmq", tmp_dir, build)
     return BrokerHandle(
         "rabbitmq",
-        f"amqp://guest:guest@127.0.0.1:{server.port}/%2F",
+        f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
+        f"?management=http://127.0.0.1:{management[server.port]}",
         host="127.0.0.1",
         port=server.port,
         owned=True,
@@ -616,9 +637,10 @@ def _local_rabbitmq(tmp_dir: Path, durable: bool) -> BrokerHandle:
 
 
 def _moto_command() -> list[str] | None:
-    # The environment running the tests first, then PATH (a system-wide moto[server]).
+    # The environment running the tests first, then PATH (a system-wide moto[server]).  In
+    # this environment: moto with atomic SQS receives (see ackwise_conformance.moto_server).
     if importlib.util.find_spec("moto") is not None and importlib.util.find_spec("flask"):
-        return [sys.executable, "-m", "moto.server"]
+        return [sys.executable, "-m", "ackwise_conformance.moto_server"]
     venv_script = Path(sys.executable).parent / "moto_server"
     if venv_script.exists():
         return [str(venv_script)]

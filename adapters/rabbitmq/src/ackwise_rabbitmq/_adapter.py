@@ -1,0 +1,981 @@
+"""``amqp://``, ``amqps://``: the RabbitMQ adapter, on pika's ``BlockingConnection``.
+
+**Threads.**  pika's ``BlockingConnection`` is not thread-safe and sends heartbeats only while
+someone runs its I/O loop.  So the adapter owns an I/O thread that holds the connection and
+never stops turning its loop (``process_data_events``): heartbeats keep flowing while a long,
+CPU-bound task runs in the worker's executor.  The worker's consumer thread calls the adapter;
+every pika call is handed to the I/O thread (a command queue woken by
+``add_callback_threadsafe``), and deliveries come back through a local buffer that
+:meth:`RabbitMQAdapter.receive` drains.
+
+**Topology** of a queue ``q`` (``p`` is the URL's ``prefix``, default ``ackwise``)::
+
+    q                     the queue: durable, quorum (classic with ?queue_type=classic);
+                          x-dead-letter-exchange p.q.dlx; x-delivery-limit = max_deliveries
+    p.q.dlx  → p.q.dead   dead letters: a fanout exchange and a durable classic queue
+    p.q.deliver → q       a fanout exchange: the last hop of a delay
+    p.q.delay.k → p.q.wait.k   delay tier k (0 ≤ k < 32): a topic exchange and a durable
+                          classic queue whose messages live 2**k ms, then are dead-lettered
+                          to tier k-1's exchange (tier 0: to p.q.deliver)
+
+**Delays** are binary: a delay of ``d`` ms is published with the routing key of its 32 bits
+(``"b31.b30.….b0"``) to the exchange of its highest set bit; exchange ``k`` routes a message
+whose bit ``k`` is 1 into the wait queue of tier ``k`` and one whose bit is 0 straight on to
+exchange ``k-1``.  Each tier has one TTL, so its queue expires in FIFO order; a message visits
+only the tiers of its set bits.  Nothing is held unacked in a worker meanwhile, so a delay
+longer than the broker's ``consumer_timeout`` is safe.  Resolution: 1 ms (rounded up, never
+early); longest delay ``2**32 - 1`` ms (about 49.7 days).
+
+**Receipts.**  AMQP acknowledgements are per channel: a receipt is ``(connection generation,
+delivery tag)``.  A receipt from an earlier connection (it closed, so RabbitMQ requeued the
+message), or one already settled, is stale: settling it raises
+:class:`~ackwise.errors.StaleReceipt` and sends nothing (an unknown tag would make RabbitMQ
+close the channel with every other delivery on it).
+
+**Delivery count**: ``x-delivery-count`` of quorum queues, plus ackwise's own
+``x-ackwise-deliveries`` header carried by messages that the adapter republishes (a delayed
+nack); classic queues have only the ``redelivered`` flag (counted as one more delivery).
+
+**Stats**: ``ready``, ``delayed`` and ``dead`` are exact (``queue.declare`` passive on the
+queue, its wait queues and its dead-letter queue).  ``in_flight`` is exact only with the
+management API (``?management=http://host:15672``), and then lags by the broker's
+``collect_statistics_interval``; without it, it counts this adapter's own unsettled
+deliveries.  ``oldest_age`` likewise needs the management API (0.0 without).
+
+**Dead letters** live in a queue, so listing, replaying and deleting some of them reads the
+whole dead-letter queue through a channel of its own (``basic.get``) and closes it to put back
+what stays: O(size of the dead-letter queue) per call; deleting all is one ``queue.purge``.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import logging
+import math
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pika
+import pika.exceptions as px
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+
+from ackwise import (
+    Adapter,
+    AttemptCount,
+    BrokerURL,
+    Capabilities,
+    DeadLetter,
+    Delivery,
+    LeaseExtension,
+    Outgoing,
+    QueueSpec,
+    QueueStats,
+)
+from ackwise.errors import (
+    AdapterError,
+    BrokerUnavailable,
+    MessageTooLarge,
+    PermanentAdapterError,
+    QueueNotFound,
+    StaleReceipt,
+    TransientAdapterError,
+    UnsupportedCapability,
+)
+from ackwise_rabbitmq._errors import map_pika_errors, translate_pika_error
+from ackwise_rabbitmq._url import RabbitMQSettings, parse_rabbitmq_url
+
+__all__ = ["DELAY_TIERS", "MAX_MESSAGE_SIZE", "RabbitMQAdapter", "Receipt"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: RabbitMQ's default ``max_message_size`` (128 MiB); larger messages are refused by the broker.
+MAX_MESSAGE_SIZE = 128 * 1024 * 1024
+#: Delay tiers: tier k holds a message 2**k milliseconds.
+DELAY_TIERS = 32
+MAX_DELAY_MS = 2**DELAY_TIERS - 1
+
+H_DELIVERIES = "x-ackwise-deliveries"
+H_REASON = "x-ackwise-reason"
+H_DEAD_AT = "x-ackwise-dead-at"
+H_ATTEMPT = "x-ackwise-attempt"
+
+#: How long a call waits for the I/O thread beyond its own timeouts.
+_CALL_SLACK = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A delivery's receipt: the connection it came on and its AMQP delivery tag."""
+
+    generation: int
+    tag: int
+
+
+@dataclass(slots=True)
+class _Raw:
+    generation: int
+    queue: str
+    tag: int
+    properties: Any
+    body: bytes
+    redelivered: bool
+
+
+class _Call:
+    __slots__ = ("done", "error", "fn", "result")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class _ConnectionLost(Exception):
+    """The consuming channel or the connection is gone: every receipt of it is stale."""
+
+
+def _noop() -> None:
+    pass
+
+
+def _bits(delay_ms: int) -> str:
+    return ".".join("1" if delay_ms >> k & 1 else "0" for k in range(DELAY_TIERS - 1, -1, -1))
+
+
+class RabbitMQAdapter(Adapter):
+    """Adapter for one RabbitMQ node (or a cluster behind one address)."""
+
+    name = "rabbitmq"
+    capabilities = Capabilities(
+        native_delay=True,
+        max_delay=MAX_DELAY_MS / 1000.0,
+        lease_extension=LeaseExtension.CONNECTION,
+        max_lease=None,
+        attempt_count=AttemptCount.EXACT,
+        native_dead_letter=True,
+        max_message_size=MAX_MESSAGE_SIZE,
+        multi_process=True,
+    )
+
+    def __init__(self, url: BrokerURL) -> None:
+        super().__init__(url)
+        self.settings: RabbitMQSettings = parse_rabbitmq_url(url)
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._conn: BlockingConnection | None = None
+        self._calls: collections.deque[_Call] = collections.deque()
+        self._generation = 0
+        self._alive = False
+        self._closing = False
+        self._failure: AdapterError | None = None
+        self._buffers: dict[str, collections.deque[_Raw]] = {}
+        self._unacked: dict[int, str] = {}  # delivery tag -> queue, of this generation
+        self._windows: dict[str, int] = {}  # queue -> prefetch of its consumers together
+        self._consumer_tags: dict[str, list[str]] = {}
+        self._declared: set[str] = set()
+        self._receiving_stopped = False
+        # Owned by the I/O thread:
+        self._consume_ch: BlockingChannel | None = None
+        self._publish_ch: BlockingChannel | None = None
+        self._admin_ch: BlockingChannel | None = None
+        self._consume_closed: str | None = None
+        self._seq = 0
+        self._unconfirmed: set[int] = set()
+        self._nacked: set[int] = set()
+        self._returned: list[tuple[str, str]] = []
+
+    def __repr__(self) -> str:
+        return f"<RabbitMQAdapter {self.settings.where} {self.settings.queue_type}>"
+
+    # -- names -----------------------------------------------------------------------------
+    def _aux(self, queue: str, kind: str) -> str:
+        return f"{self.settings.prefix}.{queue}.{kind}"
+
+    def _check_name(self, queue: str) -> None:
+        longest = len(self._aux(queue, f"delay.{DELAY_TIERS - 1}").encode())
+        if not queue or queue.startswith("amq.") or longest > 255:
+            raise PermanentAdapterError(
+                f"queue name {queue!r} cannot be used with RabbitMQ: it must be non-empty, not "
+                "start with 'amq.', and leave room for ackwise's auxiliary names (255 bytes)"
+            )
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _errors(self) -> Any:
+        return map_pika_errors(self.settings.where, self.settings.password)
+
+    def open(self) -> None:
+        with self._lock:
+            if self._alive and self._thread is not None and self._thread.is_alive():
+                return
+        self.close()
+        self._receiving_stopped = False
+        ready = threading.Event()
+        box: list[BaseException] = []
+        self._closing = False
+        thread = threading.Thread(
+            target=self._io_main, args=(ready, box), name="ackwise-rabbitmq-io", daemon=True
+        )
+        self._thread = thread
+        thread.start()
+        if not ready.wait(self.settings.connection_timeout + 10):
+            self._closing = True
+            raise BrokerUnavailable(f"{self.settings.where}: connecting timed out")
+        if box:
+            raise translate_pika_error(
+                box[0], self.settings.where, self.settings.password
+            ) from box[0]
+
+    def close(self) -> None:
+        thread = self._thread
+        if thread is None:
+            return
+        with self._lock:
+            self._closing = True
+            conn = self._conn
+        if conn is not None and thread.is_alive():
+            try:
+                conn.add_callback_threadsafe(_noop)
+            except Exception:  # already closed
+                log.debug("waking the I/O thread failed", exc_info=True)
+        if thread is not threading.current_thread():
+            thread.join(self.settings.connection_timeout + 5)
+        self._thread = None
+
+    # -- the I/O thread --------------------------------------------------------------------
+    def _io_main(self, ready: threading.Event, box: list[BaseException]) -> None:
+        try:
+            conn = BlockingConnection(self.settings.connection_parameters())
+            consume = conn.channel()
+            publish = conn.channel()
+            publish._impl.confirm_delivery(self._on_confirm)
+            publish._impl.add_on_return_callback(self._on_return)
+            consume._impl.add_on_close_callback(self._on_consume_closed)
+        except BaseException as exc:
+            box.append(exc)
+            ready.set()
+            return
+        with self._lock:
+            self._conn = conn
+            self._consume_ch, self._publish_ch, self._admin_ch = consume, publish, None
+            self._consume_closed = None
+            self._seq = 0
+            self._unconfirmed.clear()
+            self._nacked.clear()
+            self._generation += 1
+            self._alive = True
+            self._failure = None
+            self._buffers.clear()
+            self._unacked.clear()
+            self._windows.clear()
+            self._consumer_tags.clear()
+        ready.set()
+        error: BaseException | None = None
+        try:
+            while not self._closing:
+                conn.process_data_events(time_limit=0.5)
+                self._run_calls()
+                if self._consume_closed is not None:
+                    raise _ConnectionLost(self._consume_closed)
+        except BaseException as exc:
+            error = exc
+        self._shutdown(conn, error)
+
+    def _shutdown(self, conn: BlockingConnection, error: BaseException | None) -> None:
+        if error is not None and not self._closing:
+            failure: AdapterError
+            if isinstance(error, _ConnectionLost):
+                failure = TransientAdapterError(f"{self.settings.where}: {error}")
+            else:
+                failure = translate_pika_error(error, self.settings.where, self.settings.password)
+            log.warning("RabbitMQ connection lost: %s", failure)
+        else:
+            failure = BrokerUnavailable(f"{self.settings.where}: the adapter is closed")
+        with self._lock:
+            self._alive = False
+            self._failure = failure
+            self._unacked.clear()
+            self._buffers.clear()
+            calls = list(self._calls)
+            self._calls.clear()
+            self._lock.notify_all()
+        for call in calls:
+            call.error = failure
+            call.done.set()
+        try:
+            if conn.is_open:
+                # Closing the connection returns every unsettled delivery to its queue at once.
+                conn.close()
+        except Exception:
+            log.debug("closing the connection failed", exc_info=True)
+
+    def _run_calls(self) -> None:
+        while True:
+            with self._lock:
+                if not self._calls:
+                    return
+                call = self._calls.popleft()
+            try:
+                call.result = call.fn()
+            except BaseException as exc:
+                call.error = exc
+                conn = self._conn
+                if conn is None or not conn.is_open or isinstance(exc, _ConnectionLost):
+                    call.done.set()
+                    raise
+            call.done.set()
+
+    def _call(self, fn: Callable[[], T], timeout: float | None = None) -> T:
+        """Run ``fn`` on the I/O thread and return its result (errors mapped)."""
+        call = _Call(fn)
+        with self._lock:
+            if not self._alive:
+                raise self._failure or BrokerUnavailable(
+                    f"{self.settings.where}: the adapter is not open"
+                )
+            self._calls.append(call)
+            conn = self._conn
+        assert conn is not None
+        try:
+            conn.add_callback_threadsafe(_noop)
+        except Exception as exc:
+            raise BrokerUnavailable(f"{self.settings.where}: connection closed") from exc
+        limit = (timeout or self.settings.confirm_timeout) + _CALL_SLACK
+        deadline = time.monotonic() + limit
+        while not call.done.wait(0.5):
+            thread = self._thread
+            if thread is None or not thread.is_alive() or time.monotonic() > deadline:
+                raise BrokerUnavailable(f"{self.settings.where}: the I/O thread stopped answering")
+        error = call.error
+        if error is not None:
+            if isinstance(error, AdapterError):
+                raise error
+            if isinstance(error, _ConnectionLost):
+                raise TransientAdapterError(f"{self.settings.where}: {error}") from error
+            raise translate_pika_error(
+                error, self.settings.where, self.settings.password
+            ) from error
+        return call.result  # type: ignore[no-any-return]
+
+    # -- callbacks (I/O thread) ------------------------------------------------------------
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        tag = method.delivery_tag
+        done = {t for t in self._unconfirmed if t <= tag} if method.multiple else {tag}
+        self._unconfirmed -= done
+        if isinstance(method, pika.spec.Basic.Nack):
+            self._nacked |= done
+
+    def _on_return(self, _ch: Any, method: Any, properties: Any, _body: bytes) -> None:
+        self._returned.append((str(properties.message_id), str(method.reply_text)))
+
+    def _on_consume_closed(self, _ch: Any, reason: BaseException) -> None:
+        if self._closing:
+            return
+        code = getattr(reason, "reply_code", 0)
+        text = getattr(reason, "reply_text", str(reason))
+        if code == 406 and "timeout" in str(text).lower():
+            log.error(
+                "RabbitMQ closed the consuming channel: a delivery was held longer than the "
+                "broker's consumer_timeout (%s); reconnecting, its messages are redelivered",
+                text,
+            )
+        self._consume_closed = f"the consuming channel was closed: {code} {text}"
+
+    def _on_message(self, queue: str, generation: int) -> Callable[..., None]:
+        def deliver(_ch: Any, method: Any, properties: Any, body: bytes) -> None:
+            raw = _Raw(generation, queue, method.delivery_tag, properties, body, method.redelivered)
+            with self._lock:
+                if generation == self._generation:
+                    self._buffers.setdefault(queue, collections.deque()).append(raw)
+                    self._lock.notify_all()
+
+        return deliver
+
+    # -- channels (I/O thread) -------------------------------------------------------------
+    def _admin(self) -> BlockingChannel:
+        ch = self._admin_ch
+        if ch is None or not ch.is_open:
+            assert self._conn is not None
+            ch = self._admin_ch = self._conn.channel()
+        return ch
+
+    @contextmanager
+    def _temp_channel(self) -> Iterator[BlockingChannel]:
+        assert self._conn is not None
+        ch = self._conn.channel()
+        try:
+            yield ch
+        finally:
+            if ch.is_open:
+                ch.close()  # what was taken and not acked goes back, in order
+
+    def _exists(self, queue: str) -> int | None:
+        """Ready count of ``queue``, or None when it does not exist (I/O thread)."""
+        try:
+            ok = self._admin().queue_declare(queue, passive=True)
+        except px.ChannelClosedByBroker as exc:
+            if exc.reply_code == 404:
+                return None
+            raise
+        return int(ok.method.message_count)
+
+    def _publish_now(self, items: Sequence[tuple[str, str, bytes, Any]]) -> None:
+        """Publish with ``mandatory`` and wait for every confirm (I/O thread).
+
+        The publishes are pipelined: one round trip for the whole batch.
+        """
+        ch = self._publish_ch
+        conn = self._conn
+        assert conn is not None
+        if ch is None or not ch.is_open:
+            ch = self._publish_ch = conn.channel()
+            ch._impl.confirm_delivery(self._on_confirm)
+            ch._impl.add_on_return_callback(self._on_return)
+            self._seq = 0
+            self._unconfirmed.clear()
+        self._returned.clear()
+        first = self._seq + 1
+        for exchange, key, body, props in items:
+            ch._impl.basic_publish(exchange, key, body, props, mandatory=True)
+            self._seq += 1
+            self._unconfirmed.add(self._seq)
+        mine = set(range(first, self._seq + 1))
+        timed_out: list[bool] = []
+        timer = conn.call_later(self.settings.confirm_timeout, lambda: timed_out.append(True))
+        try:
+            conn._flush_output(
+                lambda: not (self._unconfirmed & mine) or bool(timed_out) or not ch.is_open
+            )
+        finally:
+            conn.remove_timeout(timer)
+        if not ch.is_open:
+            raise TransientAdapterError(
+                f"{self.settings.where}: the publishing channel closed before RabbitMQ "
+                "confirmed; whether the messages were stored is unknown"
+            )
+        if self._unconfirmed & mine:
+            self._unconfirmed -= mine
+            raise TransientAdapterError(
+                f"{self.settings.where}: RabbitMQ did not confirm {len(mine)} message(s) within "
+                f"{self.settings.confirm_timeout}s; whether they were stored is unknown"
+            )
+        nacked = self._nacked & mine
+        self._nacked -= mine
+        if self._returned:
+            ids = ", ".join(sorted({i for i, _ in self._returned}))
+            why = self._returned[0][1]
+            self._returned.clear()
+            raise QueueNotFound(
+                f"{self.settings.where}: RabbitMQ could not route message(s) {ids} ({why}): "
+                "the queue does not exist (declare it first); nothing was stored"
+            )
+        if nacked:
+            raise PermanentAdapterError(
+                f"{self.settings.where}: RabbitMQ refused (nacked) {len(nacked)} message(s)"
+            )
+
+    # -- topology --------------------------------------------------------------------------
+    def declare(self, queue: QueueSpec) -> None:
+        name = queue.name
+        self._check_name(name)
+        if name in self._declared:
+            return
+        self._call(lambda: self._declare(queue), timeout=60.0)
+        self._declared.add(name)
+
+    def _declare(self, spec: QueueSpec) -> None:
+        name = spec.name
+        dlx, dead = self._aux(name, "dlx"), self._aux(name, "dead")
+        deliver = self._aux(name, "deliver")
+        ch = self._admin()
+        ch.exchange_declare(dlx, "fanout", durable=True)
+        ch.queue_declare(dead, durable=True, arguments={"x-queue-type": "classic"})
+        ch.queue_bind(dead, dlx)
+        if self._exists(name) is None:
+            args: dict[str, Any] = {"x-dead-letter-exchange": dlx}
+            if self.settings.queue_type == "quorum":
+                args["x-queue-type"] = "quorum"
+                args["x-delivery-limit"] = spec.max_deliveries
+            else:
+                args["x-queue-type"] = "classic"
+            try:
+                self._admin().queue_declare(name, durable=True, arguments=args)
+            except px.ChannelClosedByBroker as exc:
+                # Declared meanwhile by another process with other arguments: keep theirs.
+                if exc.reply_code != 406 or self._exists(name) is None:
+                    raise
+        ch = self._admin()
+        ch.exchange_declare(deliver, "fanout", durable=True)
+        ch.queue_bind(name, deliver)
+        below = deliver
+        for k in range(DELAY_TIERS):
+            exchange, wait = self._aux(name, f"delay.{k}"), self._aux(name, f"wait.{k}")
+            ch.exchange_declare(exchange, "topic", durable=True)
+            ch.queue_declare(
+                wait,
+                durable=True,
+                arguments={
+                    "x-queue-type": "classic",
+                    "x-message-ttl": 2**k,
+                    "x-dead-letter-exchange": below,
+                },
+            )
+            above = "*." * (DELAY_TIERS - 1 - k)
+            ch.queue_bind(wait, exchange, routing_key=f"{above}1.#")
+            ch.exchange_bind(below, exchange, routing_key=f"{above}0.#")
+            below = exchange
+
+    # -- producing -------------------------------------------------------------------------
+    def _properties(
+        self, message_id: str, headers: dict[str, Any] | None = None
+    ) -> pika.BasicProperties:
+        return pika.BasicProperties(
+            message_id=message_id,
+            delivery_mode=2,
+            timestamp=int(time.time()),
+            headers=headers or None,
+        )
+
+    def _route(
+        self, queue: str, m: Outgoing, headers: dict[str, Any] | None = None
+    ) -> tuple[str, str, bytes, Any]:
+        props = self._properties(m.id, headers)
+        if m.delay > 0:
+            delay_ms = min(MAX_DELAY_MS, math.ceil(m.delay * 1000))
+            top = delay_ms.bit_length() - 1
+            return (self._aux(queue, f"delay.{top}"), _bits(delay_ms), m.body, props)
+        return ("", queue, m.body, props)
+
+    def _check(self, messages: Sequence[Outgoing]) -> None:
+        for m in messages:
+            if len(m.body) > MAX_MESSAGE_SIZE:
+                raise MessageTooLarge(
+                    f"message {m.id}: {len(m.body)} bytes exceeds the RabbitMQ broker's limit "
+                    f"of {MAX_MESSAGE_SIZE}; nothing was published"
+                )
+            if m.delay > 0:
+                self.check_delay(m.delay)
+
+    def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        if not messages:
+            return
+        self._check_name(queue)
+        self._check(messages)
+        items = [self._route(queue, m) for m in messages]
+        self._call(lambda: self._publish_now(items))
+
+    def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
+        if not messages:
+            return
+        self._check_name(queue)
+        self._check(messages)
+        now = time.time()
+        dead = self._aux(queue, "dead")
+        items = [("", dead, m.body, self._dead_props(m.id, reason, now, 1)) for m in messages]
+        self._call(lambda: self._publish_now(items))
+
+    def _dead_props(self, message_id: str, reason: str, at: float, attempt: int) -> Any:
+        return self._properties(
+            message_id, {H_REASON: reason, H_DEAD_AT: repr(at), H_ATTEMPT: attempt}
+        )
+
+    # -- consuming -------------------------------------------------------------------------
+    def _ensure_open(self) -> None:
+        with self._lock:
+            if self._alive:
+                return
+            failure = self._failure
+        raise failure or BrokerUnavailable(f"{self.settings.where}: the adapter is not open")
+
+    def receive(
+        self, queue: str, *, max_messages: int, wait: float, lease: float
+    ) -> Sequence[Delivery]:
+        if max_messages <= 0:
+            return []
+        self._ensure_open()
+        if self._receiving_stopped:
+            return []
+        with self._lock:
+            generation = self._generation
+            held = sum(1 for q in self._unacked.values() if q == queue)
+            window = self._windows.get(queue, 0)
+            buffered = len(self._buffers.get(queue, ()))
+        # The consumers' prefetch is the caller's window: what it holds plus what it asks for,
+        # set when it waits (a worker waits only when idle, holding nothing).  Never more, so
+        # RabbitMQ keeps the rest ready for other consumers (and in `ready` of the stats).
+        wanted = held + max_messages
+        if window == 0 or (wait > 0 and wanted > window and buffered < max_messages):
+            self._call(lambda: self._consume(queue, generation, max(wanted - window, 1)))
+        deadline = time.monotonic() + wait
+        with self._lock:
+            while True:
+                if not self._alive:
+                    raise self._failure or BrokerUnavailable(self.settings.where)
+                buf = self._buffers.get(queue)
+                if buf:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                self._lock.wait(remaining)
+            now = time.time()
+            out: list[Delivery] = []
+            while buf and len(out) < max_messages:
+                raw = buf.popleft()
+                if raw.generation != self._generation:
+                    continue
+                self._unacked[raw.tag] = queue
+                out.append(self._delivery(raw, now + lease))
+        return out
+
+    def _consume(self, queue: str, generation: int, prefetch: int) -> None:
+        """Add a consumer with ``prefetch`` to the queue's window (I/O thread)."""
+        ch = self._consume_ch
+        assert ch is not None
+        if generation != self._generation:
+            return
+        ch.basic_qos(prefetch_count=prefetch)
+        tag = ch.basic_consume(queue, self._on_message(queue, generation), auto_ack=False)
+        with self._lock:
+            self._windows[queue] = self._windows.get(queue, 0) + prefetch
+            self._consumer_tags.setdefault(queue, []).append(tag)
+
+    def _delivery(self, raw: _Raw, deadline: float) -> Delivery:
+        props = raw.properties
+        headers = props.headers or {}
+        base = int(headers.get(H_DELIVERIES, 0) or 0)
+        count = headers.get("x-delivery-count")
+        if count is not None:
+            attempt = base + int(count) + 1
+        else:
+            attempt = base + (2 if raw.redelivered else 1)
+        return Delivery(
+            queue=raw.queue,
+            message_id=str(props.message_id or ""),
+            body=raw.body,
+            receipt=Receipt(raw.generation, raw.tag),
+            attempt=attempt,
+            lease_deadline=deadline,
+        )
+
+    def stop_receiving(self) -> None:
+        """Cancel the consumers and return what they prefetched but nobody took, at once."""
+        self._receiving_stopped = True
+        with self._lock:
+            if not self._alive:
+                return
+        self._call(self._stop_consumers)
+
+    def _stop_consumers(self) -> None:
+        ch = self._consume_ch
+        assert ch is not None
+        with self._lock:
+            tags = [t for ts in self._consumer_tags.values() for t in ts]
+            self._consumer_tags.clear()
+        for tag in tags:
+            ch.basic_cancel(tag)  # pika nacks (requeues) what arrived and was not dispatched
+        with self._lock:
+            returned = [raw for buf in self._buffers.values() for raw in buf]
+            self._buffers.clear()
+        for raw in returned:
+            if raw.generation == self._generation:
+                ch.basic_nack(raw.tag, requeue=True)
+
+    # -- settling --------------------------------------------------------------------------
+    def _claim(self, deliveries: Sequence[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
+        """Split into (valid, stale) and take the valid ones out of the unsettled set."""
+        valid: list[Delivery] = []
+        stale: list[Delivery] = []
+        with self._lock:
+            for d in deliveries:
+                r = d.receipt
+                if (
+                    isinstance(r, Receipt)
+                    and self._alive
+                    and r.generation == self._generation
+                    and r.tag in self._unacked
+                ):
+                    del self._unacked[r.tag]
+                    valid.append(d)
+                else:
+                    stale.append(d)
+        return valid, stale
+
+    def _unclaim(self, deliveries: Sequence[Delivery]) -> None:
+        with self._lock:
+            for d in deliveries:
+                if d.receipt.generation == self._generation and self._alive:
+                    self._unacked[d.receipt.tag] = d.queue
+
+    def _settle(
+        self, valid: list[Delivery], stale: list[Delivery], fn: Callable[[], None], operation: str
+    ) -> None:
+        if valid:
+            try:
+                self._call(fn)
+            except StaleReceipt:
+                raise
+            except TransientAdapterError as exc:
+                # The connection is gone: RabbitMQ requeued these deliveries.
+                log.warning("%s failed, the connection is gone: %s", operation, exc)
+                stale = [*stale, *valid]
+        if stale:
+            raise StaleReceipt(stale, operation)
+
+    def _check_live(self) -> None:
+        """Notice a connection the broker closed (e.g. while this process was stopped)."""
+        conn = self._conn
+        assert conn is not None
+        conn.process_data_events(time_limit=0)
+        if self._consume_closed is not None:
+            raise _ConnectionLost(self._consume_closed)
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        if not deliveries:
+            return
+        valid, stale = self._claim(deliveries)
+
+        def run() -> None:
+            self._check_live()
+            ch = self._consume_ch
+            assert ch is not None
+            for d in valid:
+                ch._impl.basic_ack(d.receipt.tag)
+            assert self._conn is not None
+            self._conn._flush_output()
+
+        self._settle(valid, stale, run, "ack")
+
+    def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
+        # Connection-based leases: a delivery is held while the connection lives (the I/O
+        # thread keeps it alive), so there is nothing to move; stale receipts still raise.
+        with self._lock:
+            stale = [
+                d
+                for d in deliveries
+                if not (
+                    isinstance(d.receipt, Receipt)
+                    and self._alive
+                    and d.receipt.generation == self._generation
+                    and d.receipt.tag in self._unacked
+                )
+            ]
+        if stale:
+            raise StaleReceipt(stale, "extend")
+
+    def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
+        self.check_delay(delay)
+        valid, stale = self._claim([delivery])
+        if stale:
+            raise StaleReceipt(stale, "nack")
+        tag = delivery.receipt.tag
+        if delay <= 0 and self.settings.queue_type == "quorum":
+
+            def requeue() -> None:
+                self._check_live()
+                assert self._consume_ch is not None
+                self._consume_ch.basic_nack(tag, requeue=True)  # x-delivery-count + 1
+
+            self._settle(valid, [], requeue, "nack")
+            return
+        # Republish (into a delay tier), confirmed, then ack: a crash in between duplicates
+        # the message, never loses it.  The count so far travels in our header.
+        item = self._route(
+            delivery.queue,
+            Outgoing(delivery.message_id, delivery.body, delay),
+            {H_DELIVERIES: delivery.attempt},
+        )
+        self._republish_then_ack(delivery, item, "nack")
+
+    def _republish_then_ack(
+        self, delivery: Delivery, item: tuple[str, str, bytes, Any], operation: str
+    ) -> None:
+        tag = delivery.receipt.tag
+
+        def run() -> None:
+            self._check_live()
+            self._publish_now([item])
+            assert self._consume_ch is not None
+            self._consume_ch.basic_ack(tag)
+
+        try:
+            self._settle([delivery], [], run, operation)
+        except (PermanentAdapterError, UnsupportedCapability):
+            self._unclaim([delivery])  # nothing was sent: the delivery is still ours
+            raise
+
+    def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
+        _, stale = self._claim([delivery])
+        if stale:
+            raise StaleReceipt(stale, "dead_letter")
+        props = self._dead_props(delivery.message_id, reason, time.time(), delivery.attempt)
+        item = (
+            "",
+            self._aux(delivery.queue, "dead"),
+            delivery.body if body is None else body,
+            props,
+        )
+        self._republish_then_ack(delivery, item, "dead_letter")
+
+    # -- inspection ------------------------------------------------------------------------
+    def _counts(self, queue: str) -> tuple[int, int, int]:
+        ready = self._exists(queue)
+        if ready is None:
+            raise QueueNotFound(f"{self.settings.where}: queue {queue!r} does not exist")
+        delayed = 0
+        for k in range(DELAY_TIERS):
+            delayed += self._exists(self._aux(queue, f"wait.{k}")) or 0
+        dead = self._exists(self._aux(queue, "dead")) or 0
+        return ready, delayed, dead
+
+    def stats(self, queue: str) -> QueueStats:
+        self._check_name(queue)
+        ready, delayed, dead = self._call(lambda: self._counts(queue))
+        with self._lock:
+            # Prefetched into this adapter's buffer but not handed out: ready to the caller.
+            buffered = len(self._buffers.get(queue, ()))
+            mine = sum(1 for q in self._unacked.values() if q == queue)
+        vhost = urllib.parse.quote(self.settings.vhost, safe="")
+        info = self._management(f"/api/queues/{vhost}/{urllib.parse.quote(queue, safe='')}")
+        if info is not None and "messages_unacknowledged" in info:
+            # The management API samples every few seconds.  A message counted in its
+            # sample but no longer ready now has been delivered since: count it in flight,
+            # so that a lagging sample errs towards "still in flight", never "settled".
+            unacked = int(info.get("messages_unacknowledged") or 0)
+            total = int(info.get("messages") or 0)
+            in_flight = max(unacked, total - ready, mine) - buffered
+        else:
+            in_flight = mine
+        return QueueStats(queue, ready + buffered, delayed, max(0, in_flight), dead, 0.0)
+
+    def _management(self, path: str) -> Any:
+        base = self.settings.management
+        if not base:
+            return None
+        request = urllib.request.Request(base.rstrip("/") + path)
+        token = base64.b64encode(
+            f"{self.settings.username}:{self.settings.password}".encode()
+        ).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.settings.connection_timeout) as r:
+                return json.loads(r.read())
+        except Exception as exc:  # the management API is optional: report, do not fail
+            log.warning("RabbitMQ management API at %s: %s", base, exc)
+            return None
+
+    def queues(self) -> Sequence[str]:
+        vhost = urllib.parse.quote(self.settings.vhost, safe="")
+        info = self._management(f"/api/queues/{vhost}?columns=name")
+        if info is None:
+            raise UnsupportedCapability(
+                self.name, "listing queues", "needs the management API (?management=http://…)"
+            )
+        prefix = self.settings.prefix + "."
+        return sorted(q["name"] for q in info if not q["name"].startswith(prefix))
+
+    def _read_dead(
+        self, ch: BlockingChannel, queue: str, limit: int | None
+    ) -> list[tuple[int, DeadLetter]]:
+        out: list[tuple[int, DeadLetter]] = []
+        dead = self._aux(queue, "dead")
+        while limit is None or len(out) < limit:
+            method, props, body = ch.basic_get(dead, auto_ack=False)
+            if method is None:
+                break
+            headers = props.headers or {}
+            reason = headers.get(H_REASON)
+            if reason is None:  # dead-lettered by RabbitMQ itself (the delivery limit)
+                deaths = headers.get("x-death") or [{}]
+                native = str(deaths[0].get("reason", b"") or "")
+                reason = "max_deliveries" if native == "delivery_limit" else native or "unknown"
+            at = headers.get(H_DEAD_AT)
+            try:
+                dead_at = float(at.decode() if isinstance(at, bytes) else at)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                dead_at = float(props.timestamp or 0)
+            attempt = headers.get(H_ATTEMPT)
+            if attempt is None:
+                attempt = int(headers.get("x-delivery-count", 0) or 0) + 1
+            out.append(
+                (
+                    method.delivery_tag,
+                    DeadLetter(
+                        queue=queue,
+                        message_id=str(props.message_id or ""),
+                        body=body,
+                        reason=reason.decode() if isinstance(reason, bytes) else str(reason),
+                        dead_at=dead_at,
+                        attempt=int(attempt),
+                    ),
+                )
+            )
+        return out
+
+    def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
+        self._check_name(queue)
+
+        def run() -> list[DeadLetter]:
+            with self._temp_channel() as ch:
+                return [d for _, d in self._read_dead(ch, queue, limit)]
+
+        return self._call(run, timeout=120.0)
+
+    def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        self._check_name(queue)
+        wanted = set(message_ids)
+
+        def run() -> int:
+            with self._temp_channel() as ch:
+                moved = 0
+                for tag, d in self._read_dead(ch, queue, None):
+                    if d.message_id not in wanted:
+                        continue
+                    # Confirmed on the queue first, then removed from the dead letters.
+                    self._publish_now([("", queue, d.body, self._properties(d.message_id))])
+                    ch.basic_ack(tag)
+                    moved += 1
+                return moved
+
+        return self._call(run, timeout=300.0)
+
+    def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
+        self._check_name(queue)
+        dead = self._aux(queue, "dead")
+        if message_ids is None:
+            return self._call(lambda: int(self._admin().queue_purge(dead).method.message_count))
+        wanted = set(message_ids)
+
+        def run() -> int:
+            with self._temp_channel() as ch:
+                gone = 0
+                for tag, d in self._read_dead(ch, queue, None):
+                    if d.message_id in wanted:
+                        ch.basic_ack(tag)
+                        gone += 1
+                return gone
+
+        return self._call(run, timeout=300.0)
+
+    def purge(self, queue: str) -> int:
+        self._check_name(queue)
+
+        def run() -> int:
+            ch = self._admin()
+            total = int(ch.queue_purge(queue).method.message_count)
+            for k in range(DELAY_TIERS):
+                total += int(ch.queue_purge(self._aux(queue, f"wait.{k}")).method.message_count)
+            return total
+
+        return self._call(run)

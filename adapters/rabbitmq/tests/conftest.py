@@ -1,0 +1,63 @@
+"""Fixtures of the RabbitMQ adapter's tests: one private RabbitMQ node per session.
+
+The node is started by the conformance suite's broker provisioning on free ports (never the
+shared RabbitMQ on 5672, which these tests neither purge nor restart), with its management
+API on a free port too (the URL's ``management`` option), so that the restart scenario C19 and
+the fault proxy of C18 can use it.  ``ACKWISE_TEST_RABBITMQ_URL`` points the tests at another
+RabbitMQ instead (C19 is then n/a).  Without rabbitmq-server the tests skip, or fail under
+``CI=true``.  Every test uses queues of its own (unique names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
+    try:
+        handle = provide("rabbitmq", tmp_dir=tmp_path_factory.mktemp("rabbitmq"), durable=True)
+    except BrokerUnavailable as exc:
+        missing_broker(exc.reason)
+    yield handle
+    handle.stop()
+
+
+def with_options(url: str, **options: object) -> str:
+    """``url`` with more query options."""
+    extra = "&".join(f"{k}={v}" for k, v in options.items())
+    if not extra:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}{extra}"
+
+
+@pytest.fixture
+def rabbitmq_url(rabbitmq_broker: BrokerHandle) -> str:
+    """The private node's URL, with a short heartbeat (a lost consumer is noticed in seconds)."""
+    return with_options(rabbitmq_broker.url, heartbeat=2)
+
+
+class WithOptions:
+    """A broker handle whose URLs (direct and through a proxy) carry more query options."""
+
+    def __init__(self, handle: BrokerHandle, **options: object) -> None:
+        self._handle = handle
+        self._options = options
+        self.url = with_options(handle.url, **options)
+
+    def url_via(self, host: str, port: int) -> str:
+        return with_options(self._handle.url_via(host, port), **self._options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+
+@pytest.fixture
+def rabbitmq_heartbeat_2s(rabbitmq_broker: BrokerHandle) -> Any:
+    """The private node, its URLs asking for 2 s heartbeats."""
+    return WithOptions(rabbitmq_broker, heartbeat=2)
