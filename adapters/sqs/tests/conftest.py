@@ -35,15 +35,11 @@ def sqs_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandl
     handle.stop()
 
 
-def with_options(url: str, **options: object) -> str:
-    sep = "&" if "?" in url else "?"
-    return url + sep + "&".join(f"{k}={v}" for k, v in options.items())
-
-
 @pytest.fixture
 def sqs_url(sqs_broker: BrokerHandle) -> str:
     """The broker's URL with a queue-name prefix of this test's own."""
-    return with_options(sqs_broker.url, prefix=f"t{uuid.uuid4().hex[:10]}-")
+    sep = "&" if "?" in sqs_broker.url else "?"
+    return f"{sqs_broker.url}{sep}prefix=t{uuid.uuid4().hex[:10]}-"
 
 
 @pytest.fixture

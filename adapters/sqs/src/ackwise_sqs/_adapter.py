@@ -186,6 +186,8 @@ class SQSAdapter(Adapter):
         self._queues: dict[str, _Queue] = {}
         #: API calls made, by operation name (for benchmarks and tests).
         self.calls: dict[str, int] = {}
+        #: Early receives of long delays re-armed by visibility (not deliveries).
+        self.rearmed = 0
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self) -> None:
@@ -397,11 +399,12 @@ class SQSAdapter(Adapter):
         while len(out) < max_messages and calls <= max_messages // _BATCH + 1:
             n = min(_BATCH, max_messages - len(out))
             started = time.time()
+            call_wait = wait_seconds if calls == 0 else 0
             got = self._call(
                 "ReceiveMessage",
                 QueueUrl=info.url,
                 MaxNumberOfMessages=n,
-                WaitTimeSeconds=wait_seconds if calls == 0 else 0,
+                WaitTimeSeconds=call_wait,
                 VisibilityTimeout=visibility,
                 MessageSystemAttributeNames=["All"],
                 MessageAttributeNames=["All"],
@@ -409,6 +412,10 @@ class SQSAdapter(Adapter):
             calls += 1
             early: list[tuple[str, int]] = []
             now = time.time()
+            # The visibility clock starts when SQS takes the message: during a long poll, when
+            # one arrives.  Counting from the call's start would shorten the lease by the wait;
+            # the take is assumed no more than a second before the answer came back.
+            taken = max(started, now - 1.0) if call_wait else started
             for m in got:
                 attrs = m.get("MessageAttributes", {})
                 due = _number(attrs.get(_DUE))
@@ -416,15 +423,16 @@ class SQSAdapter(Adapter):
                     # Not a delivery: hide it until due (at most 12 h per receive).
                     early.append((m["ReceiptHandle"], min(MAX_VISIBILITY, math.ceil(due - now))))
                     continue
-                out.append(self._delivery(info, m, started, visibility, due))
+                out.append(self._delivery(info, m, taken, visibility, due))
             if early:
                 self._rearm(info, early)
+                self.rearmed += len(early)
             if len(got) < n:
                 break
         return out
 
     def _delivery(
-        self, info: _Queue, m: dict[str, Any], started: float, visibility: int, due: float | None
+        self, info: _Queue, m: dict[str, Any], taken: float, visibility: int, due: float | None
     ) -> Delivery:
         attrs = m.get("MessageAttributes", {})
         system = m.get("Attributes", {})
@@ -432,12 +440,12 @@ class SQSAdapter(Adapter):
         first = _number({"StringValue": system.get("ApproximateFirstReceiveTimestamp", "")})
         if due is not None and first is not None and first / 1000.0 < due - 0.5:
             count -= 1  # the first receive was the early one of a long delay
-        deadline = started + visibility
+        deadline = taken + visibility
         return Delivery(
             queue=info.name,
             message_id=_text(attrs.get(_ID)) or m["MessageId"],
             body=_decode_body(m["Body"], attrs),
-            receipt=SQSReceipt(m["ReceiptHandle"], info.url, started, deadline),
+            receipt=SQSReceipt(m["ReceiptHandle"], info.url, taken, deadline),
             attempt=max(1, count),
             lease_deadline=deadline,
         )
