@@ -1,0 +1,123 @@
+"""The tasks of ``bench/redis.py``: one no-op task per system, all on one Redis.
+
+Every worker imports this module (``PYTHONPATH=bench/redisbench``); the Redis URL and the
+queue name come from ``$REDIS_BENCH_URL`` and ``$REDIS_BENCH_QUEUE``.  The task body is
+``record(sent)``: without ``sent`` it records the start time (drain cells); with ``sent`` (a
+``time.time()`` taken by the producer just before the enqueue call) it records the
+enqueue -> start latency (latency cells); warm-up tasks pass ``sent=-1`` and are ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+# startlog lives in bench/; appended (never prepended): bench/redis.py must not shadow redis-py.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+
+import startlog
+
+
+def _flush_in_forked_child() -> None:
+    # Celery's prefork pool, Dramatiq and Taskiq fork their worker processes: the startlog
+    # flusher thread of the parent does not survive fork(), so each child starts its own.
+    directory = os.environ.get("BENCH_STARTS_DIR")
+    if directory:
+        startlog.reset()
+        threading.Thread(
+            target=startlog._flusher, args=(directory,), name="bench-startlog", daemon=True
+        ).start()
+
+
+os.register_at_fork(after_in_child=_flush_in_forked_child)
+
+URL = os.environ.get("REDIS_BENCH_URL", "redis://127.0.0.1:6379/15")
+QUEUE = os.environ.get("REDIS_BENCH_QUEUE", "bench")
+_now = time.time
+_append = startlog.starts.append
+
+
+def record(sent: float = 0.0) -> None:
+    if sent == 0.0:
+        _append(_now())  # drain: the start time
+    elif sent > 0:
+        _append(_now() - sent)  # latency: enqueue -> start
+    else:
+        _append(-1.0)  # warm-up marker
+
+
+# -- ackwise -------------------------------------------------------------------------------
+def make_ackwise_app(url: str = URL, queue: str = QUEUE):  # type: ignore[no-untyped-def]
+    import ackwise
+
+    app = ackwise.App("bench", broker=url)
+
+    @app.task(name="bench.noop", queue=queue)  # Ack.LATE, the default
+    def noop(sent: float = 0.0) -> None:
+        record(sent)
+
+    app.bench_noop = noop
+    return app
+
+
+# -- Celery --------------------------------------------------------------------------------
+def make_celery_app(url: str = URL, queue: str = QUEUE):  # type: ignore[no-untyped-def]
+    from celery import Celery
+
+    app = Celery("bench", broker=url)
+    app.conf.update(
+        task_acks_late=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=queue,
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+
+    @app.task(name="bench.noop")
+    def noop(sent: float = 0.0) -> None:
+        record(sent)
+
+    app.bench_noop = noop
+    return app
+
+
+# -- Dramatiq ------------------------------------------------------------------------------
+def make_dramatiq_broker(url: str = URL, queue: str = QUEUE):  # type: ignore[no-untyped-def]
+    import dramatiq
+    from dramatiq.brokers.redis import RedisBroker
+
+    broker = RedisBroker(url=url)
+    dramatiq.set_broker(broker)
+
+    @dramatiq.actor(actor_name="bench_noop", queue_name=queue, max_retries=0, broker=broker)
+    def noop(sent: float = 0.0) -> None:
+        record(sent)
+
+    broker.bench_noop = noop
+    return broker
+
+
+# -- Taskiq --------------------------------------------------------------------------------
+def make_taskiq_broker(url: str = URL, queue: str = QUEUE):  # type: ignore[no-untyped-def]
+    from taskiq_redis import RedisStreamBroker
+
+    broker = RedisStreamBroker(url, queue_name=queue, consumer_group_name=f"{queue}-group")
+
+    @broker.task(task_name="bench.noop")
+    async def noop(sent: float = 0.0) -> None:
+        record(sent)
+
+    broker.bench_noop = noop
+    return broker
+
+
+_SYSTEM = os.environ.get("REDIS_BENCH_SYSTEM", "")
+# Only the system a worker runs is built (each CLI imports this module and takes one name).
+ackwise_app = make_ackwise_app() if _SYSTEM == "ackwise" else None
+celery_app = make_celery_app() if _SYSTEM == "celery" else None
+dramatiq_broker = make_dramatiq_broker() if _SYSTEM == "dramatiq" else None
+taskiq_broker = make_taskiq_broker() if _SYSTEM == "taskiq" else None
