@@ -65,6 +65,10 @@ class Capabilities:
     max_message_size: int | None = None
     #: Several worker processes can share the broker (False for the in-process memory broker).
     multi_process: bool = True
+    #: ``stats()`` reports the age of the oldest ready message (SQS: only in CloudWatch).
+    oldest_age: bool = True
+    #: ``purge()`` reaches delayed messages too (SQS cannot delete within ``DelaySeconds``).
+    purge_delayed: bool = True
 
     def describe(self) -> dict[str, Any]:
         """Return the capabilities as plain JSON-friendly values."""
@@ -328,6 +332,14 @@ class Adapter(abc.ABC):
         consumes into a buffer of its own (RabbitMQ's ``basic.consume``) cancels its consumers
         here, or the broker would send the returned messages straight back to it.
         """
+
+    def max_hold(self) -> float | None:
+        """Longest a delivery may stay unsettled before the broker takes it back, or ``None``.
+
+        RabbitMQ's ``consumer_timeout`` is such a limit (it closes the channel); the worker
+        refuses at start a task whose ``time_limit`` is longer.
+        """
+        return None
 
     def queues(self) -> Sequence[str]:
         """Names of the queues the broker knows, where it can tell (for ``ackwise stats``)."""

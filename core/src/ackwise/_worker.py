@@ -264,6 +264,7 @@ class Worker:
         """Run until stopped; return the process exit status (0 graceful, 1 cold or fatal)."""
         cfg = self.config
         self.adapter.open()
+        self._check_hold_limit()
         for q in cfg.queues:
             self.adapter.declare(QueueSpec(q, max_deliveries=self._max_deliveries_for(q)))
         if cfg.pool == "prefork":
@@ -299,6 +300,31 @@ class Worker:
             except AdapterError:  # pragma: no cover - closing a broken connection
                 log.debug("closing the adapter failed", exc_info=True)
         return status
+
+    def _check_hold_limit(self) -> None:
+        """Refuse tasks that may run longer than the broker lets a delivery stay unsettled."""
+        limit = self.adapter.max_hold()
+        if limit is None:
+            return
+        queues = set(self.config.queues)
+        tasks = [t for t in self.app.tasks.values() if t.queue in queues]
+        long = sorted(t.name for t in tasks if t.time_limit is not None and t.time_limit > limit)
+        if long:
+            self.adapter.close()
+            raise ConfigurationError(
+                f"tasks {long} have a time_limit longer than the broker lets a delivery stay "
+                f"unacknowledged ({limit:.0f}s, RabbitMQ's consumer_timeout): the broker would "
+                "take the message back mid-run; lower the time_limit or raise the broker's "
+                "consumer_timeout (and say it in the URL)"
+            )
+        unbounded = sorted(t.name for t in tasks if t.time_limit is None)
+        if unbounded:
+            log.info(
+                "tasks %s have no time_limit; the broker takes a delivery back after %.0fs "
+                "unacknowledged",
+                unbounded,
+                limit,
+            )
 
     def _max_deliveries_for(self, queue_name: str) -> int:
         values = [t.max_deliveries for t in self.app.tasks.values() if t.queue == queue_name]

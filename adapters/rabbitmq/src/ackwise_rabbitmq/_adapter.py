@@ -384,12 +384,18 @@ class RabbitMQAdapter(Adapter):
             return
         code = getattr(reason, "reply_code", 0)
         text = getattr(reason, "reply_text", str(reason))
-        if code == 406 and "timeout" in str(text).lower():
+        lowered = str(text).lower()
+        if code == 406 and ("timeout" in lowered or "timed out" in lowered):
+            # Reported once here; the worker sees a transient error and reconnects.
             log.error(
                 "RabbitMQ closed the consuming channel: a delivery was held longer than the "
                 "broker's consumer_timeout (%s); reconnecting, its messages are redelivered",
                 text,
             )
+            self._consume_closed = (
+                f"a delivery was held past the broker's consumer_timeout: {code} {text}"
+            )
+            return
         self._consume_closed = f"the consuming channel was closed: {code} {text}"
 
     def _on_message(self, queue: str, generation: int) -> Callable[..., None]:
@@ -484,6 +490,10 @@ class RabbitMQAdapter(Adapter):
             raise PermanentAdapterError(
                 f"{self.settings.where}: RabbitMQ refused (nacked) {len(nacked)} message(s)"
             )
+
+    def max_hold(self) -> float | None:
+        """The broker's ``consumer_timeout`` (the URL's ``consumer_timeout``; AMQP cannot read it)."""
+        return self.settings.consumer_timeout
 
     # -- topology --------------------------------------------------------------------------
     def declare(self, queue: QueueSpec) -> None:
@@ -846,18 +856,33 @@ class RabbitMQAdapter(Adapter):
             # Prefetched into this adapter's buffer but not handed out: ready to the caller.
             buffered = len(self._buffers.get(queue, ()))
             mine = sum(1 for q in self._unacked.values() if q == queue)
-        vhost = urllib.parse.quote(self.settings.vhost, safe="")
-        info = self._management(f"/api/queues/{vhost}/{urllib.parse.quote(queue, safe='')}")
+        info = self._queue_totals(queue)
         if info is not None and "messages_unacknowledged" in info:
-            # The management API samples every few seconds.  A message counted in its
-            # sample but no longer ready now has been delivered since: count it in flight,
-            # so that a lagging sample errs towards "still in flight", never "settled".
+            # Queue totals come from the queue itself (quorum queues: as of their last tick,
+            # a fraction of a second).  A message counted there but no longer ready now has
+            # been delivered since: count it in flight, so that lag errs towards "still in
+            # flight", never towards "settled".
             unacked = int(info.get("messages_unacknowledged") or 0)
             total = int(info.get("messages") or 0)
             in_flight = max(unacked, total - ready, mine) - buffered
         else:
             in_flight = mine
         return QueueStats(queue, ready + buffered, delayed, max(0, in_flight), dead, 0.0)
+
+    def _queue_totals(self, queue: str) -> dict[str, Any] | None:
+        """The queue's live totals from the management API (not its sampled statistics)."""
+        vhost = urllib.parse.quote(self.settings.vhost, safe="")
+        name = urllib.parse.quote(queue, safe="")
+        found = self._management(
+            f"/api/queues/{vhost}?name={name}&use_regex=false&disable_stats=true"
+            "&enable_queue_totals=true&columns=name,messages,messages_ready,"
+            "messages_unacknowledged"
+        )
+        items = found.get("items", []) if isinstance(found, dict) else found or []
+        for item in items:
+            if item.get("name") == queue:
+                return dict(item)
+        return None
 
     def _management(self, path: str) -> Any:
         base = self.settings.management

@@ -5,8 +5,8 @@ Every exception class of :mod:`pika.exceptions` has an explicit entry in :data:`
 
     pika                                         ackwise
     AMQPConnectionError, StreamLostError,    →   BrokerUnavailable          (transient)
-      ConnectionClosedByBroker 320/Connection.Close (broker shutting down), AMQPHeartbeatTimeout,
-      ConnectionOpenAborted, ConnectionBlockedTimeout
+      ConnectionClosedByBroker 320 (broker shutting down), AMQPHeartbeatTimeout,
+      ConnectionOpenAborted, IncompatibleProtocolError (a reset during the handshake)
     ChannelClosedByBroker 406 PRECONDITION_FAILED "…timeout…" (consumer ack timeout),
       ChannelClosedByBroker 320/541 and the rest of the connection errors → TransientAdapterError
     ProbableAuthenticationError, AuthenticationError, ProbableAccessDeniedError,
@@ -61,7 +61,9 @@ ERROR_MAP: dict[type[BaseException], tuple[type[AdapterError], str]] = {
     px.ConnectionClosedByBroker: (_U, "RabbitMQ closed the connection"),
     px.ConnectionClosedByClient: (_U, "the connection was closed by this client"),
     px.ConnectionWrongStateError: (_U, "the connection is not open"),
-    px.IncompatibleProtocolError: (_P, "the server does not speak AMQP 0-9-1"),
+    # pika raises this too when the connection is reset during the handshake (a proxy, a
+    # broker restarting): transient, bounded by the worker's --broker-timeout.
+    px.IncompatibleProtocolError: (_U, "the AMQP handshake failed"),
     px.ProtocolVersionMismatch: (_P, "AMQP protocol version mismatch"),
     px.AuthenticationError: (_A, "RabbitMQ refused the credentials"),
     px.ProbableAuthenticationError: (_A, "RabbitMQ refused the credentials"),
@@ -114,7 +116,7 @@ def translate_pika_error(
             return QueueNotFound(f"{where}: {text or detail} (404 NOT_FOUND)")
         if code in (403, 530):
             return AuthenticationFailed(f"{where}: access refused: {text or detail} ({code})")
-        if code == 406 and "timeout" in text.lower():
+        if code == 406 and ("timeout" in text.lower() or "timed out" in text.lower()):
             # consumer_timeout: RabbitMQ closes the channel of a delivery held too long.
             return TransientAdapterError(
                 f"{where}: RabbitMQ closed the channel because a delivery was not acknowledged "

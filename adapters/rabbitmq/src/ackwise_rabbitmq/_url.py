@@ -25,8 +25,9 @@ TLS (``amqps`` only): ``ca_certs``, ``certfile``, ``keyfile``, ``verify`` (``tru
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import pika
 
@@ -58,7 +59,7 @@ class RabbitMQSettings:
     port: int
     vhost: str
     username: str
-    password: str
+    password: str = field(repr=False)
     heartbeat: float = 60.0
     connection_timeout: float = 10.0
     confirm_timeout: float = 30.0
@@ -75,7 +76,7 @@ class RabbitMQSettings:
     @property
     def where(self) -> str:
         """The broker, for messages: never with credentials."""
-        return f"{self.scheme}://{self.host}:{self.port}/{self.vhost}"
+        return f"{self.scheme}://{self.host}:{self.port}/{quote(self.vhost, safe='')}"
 
     def connection_parameters(self) -> pika.ConnectionParameters:
         ssl_options = None

@@ -213,12 +213,16 @@ def free_port(host: str = "127.0.0.1") -> int:
             return port
 
 
-def provide(name: str, *, tmp_dir: Path, durable: bool = True) -> BrokerHandle:
+def provide(
+    name: str, *, tmp_dir: Path, durable: bool = True, rabbitmq_conf: str = ""
+) -> BrokerHandle:
     """Find or start the broker ``name`` for a test; see the module documentation for the order.
 
     :param tmp_dir: where a started broker keeps its data and logs (and ``sqlite`` its file).
     :param durable: configure a started broker to keep acknowledged writes across a restart
         (Redis: append-only file, fsync always).
+    :param rabbitmq_conf: lines added to a private RabbitMQ node's ``rabbitmq.conf`` (e.g.
+        ``"consumer_timeout = 3000"``); a node given this way is always a private one.
     :raises BrokerUnavailable: unknown name, or no way to have this broker here.
     """
     name = name.lower()
@@ -250,6 +254,11 @@ def provide(name: str, *, tmp_dir: Path, durable: bool = True) -> BrokerHandle:
         )
     reasons: list[str] = []
     docker_reason = _docker_unavailable_reason()
+    if name == "rabbitmq" and rabbitmq_conf:
+        try:
+            return _local_rabbitmq(tmp_dir, durable, rabbitmq_conf)
+        except BrokerUnavailable as exc:
+            raise BrokerUnavailable(f"no private rabbitmq node: {exc.reason}") from None
     if docker_reason is None:
         try:
             return _start_container(name, durable=durable)
@@ -552,7 +561,7 @@ def _rabbitmq_binary() -> str | None:
     return shutil.which("rabbitmq-server")
 
 
-def _local_rabbitmq(tmp_dir: Path, durable: bool) -> BrokerHandle:
+def _local_rabbitmq(tmp_dir: Path, durable: bool, extra_conf: str = "") -> BrokerHandle:
     """Start a private RabbitMQ node.
 
     It shares the machine's epmd (``ERL_EPMD_PORT`` is one per host), so its node name is
@@ -583,13 +592,18 @@ def _local_rabbitmq(tmp_dir: Path, durable: bool) -> BrokerHandle:
         config.write_text(
             f"listeners.tcp.default = 127.0.0.1:{port}\n"
             f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {mgmt_port}\n"
-            # Fresh in-flight counts for the checks (the default is every 5 s).
-            "collect_statistics_interval = 100\n"
+            # Queue totals read from the queues themselves at each request, not from the
+            # statistics database (sampled every 5 s): exact in-flight counts for the checks.
+            "management.disable_stats = true\nmanagement.enable_queue_totals = true\n"
+            + extra_conf
+            + "\n"
         )
         # Quorum queues report their counts on every leader tick (default 5 s).
         advanced = data_dir / "advanced.config"
         advanced.write_text(
-            "[{rabbit, [{quorum_tick_interval, 200}, {collect_statistics_interval, 100}]},\n"
+            # A channel checks its consumers' consumer_timeout once per tick (default 60 s).
+            "[{rabbit, [{quorum_tick_interval, 200}, {collect_statistics_interval, 100},\n"
+            "           {channel_tick_interval, 1000}]},\n"
             " {rabbitmq_management_agent, [{collect_statistics_interval, 100}]},\n"
             " {rabbitmq_management, [{collect_statistics_interval, 100}]}].\n"
         )

@@ -1,0 +1,232 @@
+"""RabbitMQ-specific guarantees, pinned: heartbeats, consumer_timeout, shutdown, unroutable."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ackwise import App, Outgoing, QueueSpec, open_adapter
+from ackwise.errors import QueueNotFound, StaleReceipt, TransientAdapterError
+from ackwise.testing import InProcessWorker
+from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+from ackwise_conformance.helpers import eventually
+from ackwise_rabbitmq import RabbitMQAdapter
+
+
+def with_options(url: str, **options: object) -> str:
+    extra = "&".join(f"{k}={v}" for k, v in options.items())
+    return f"{url}{'&' if '?' in url else '?'}{extra}"
+
+
+#: The private node for the consumer_timeout tests: a delivery held 3 s is taken back.
+CONSUMER_TIMEOUT = 3.0
+
+
+def _queue() -> str:
+    return f"pinned-{uuid.uuid4().hex[:12]}"
+
+
+def _adapter(url: str) -> RabbitMQAdapter:
+    adapter = open_adapter(url)
+    assert isinstance(adapter, RabbitMQAdapter)
+    adapter.open()
+    return adapter
+
+
+@pytest.fixture(scope="module")
+def short_timeout_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
+    """A private node whose consumer_timeout is 3 s (RabbitMQ's default is 30 minutes)."""
+    import os
+
+    if os.environ.get("ACKWISE_TEST_RABBITMQ_URL"):
+        pytest.skip("ACKWISE_TEST_RABBITMQ_URL is set: this test needs a node of its own")
+    try:
+        handle = provide(
+            "rabbitmq",
+            tmp_dir=tmp_path_factory.mktemp("rabbitmq-timeout"),
+            durable=True,
+            rabbitmq_conf=f"consumer_timeout = {int(CONSUMER_TIMEOUT * 1000)}",
+        )
+    except BrokerUnavailable as exc:
+        missing_broker(exc.reason)
+    yield handle
+    handle.stop()
+
+
+def test_heartbeats_keep_the_connection_while_a_cpu_bound_task_runs(rabbitmq_url: str) -> None:
+    """A 10 s CPU-bound task with 2 s heartbeats: the connection, and the delivery, survive."""
+    adapter, other = _adapter(rabbitmq_url), _adapter(rabbitmq_url)  # heartbeat=2
+    try:
+        queue = _queue()
+        adapter.declare(QueueSpec(queue))
+        adapter.publish(queue, [Outgoing("long", b"x")])
+        (d,) = adapter.receive(queue, max_messages=1, wait=10.0, lease=1.0)
+        # The consumer's own thread is busy (and holds the GIL most of the time) for 10 s:
+        # 5 heartbeat intervals.  Only the adapter's I/O thread can answer the broker.
+        end = time.monotonic() + 10.0
+        n = 0
+        while time.monotonic() < end:
+            n += sum(i * i for i in range(1000))
+        assert not other.receive(queue, max_messages=1, wait=0.5, lease=1.0), (
+            "the broker took the delivery back: the connection was dropped"
+        )
+        adapter.ack([d])  # the same connection still owns it: not a stale receipt
+        stats = adapter.stats(queue)
+        assert (stats.ready, stats.delayed) == (0, 0)
+    finally:
+        adapter.close()
+        other.close()
+
+
+def test_unroutable_publish_raises_and_stores_nothing(rabbitmq_url: str) -> None:
+    adapter = _adapter(rabbitmq_url)
+    try:
+        missing = _queue()  # never declared: the default exchange cannot route to it
+        with pytest.raises(QueueNotFound, match="could not route"):
+            adapter.publish(missing, [Outgoing("lost?", b"x")])
+        # A batch with one unroutable message raises too (and the good queue still works).
+        good = _queue()
+        adapter.declare(QueueSpec(good))
+        adapter.publish(good, [Outgoing("ok", b"x")])
+        (d,) = adapter.receive(good, max_messages=1, wait=10.0, lease=1.0)
+        assert d.message_id == "ok"
+        adapter.ack([d])
+    finally:
+        adapter.close()
+
+
+def test_prefetched_messages_come_back_at_once_on_graceful_stop(rabbitmq_url: str) -> None:
+    """SIGTERM's first step: stop_receiving returns what was prefetched, without waiting."""
+    adapter, observer = _adapter(rabbitmq_url), _adapter(rabbitmq_url)
+    try:
+        queue = _queue()
+        adapter.declare(QueueSpec(queue))
+        adapter.publish(queue, [Outgoing(f"m{i}", b"x") for i in range(10)])
+        # A consumer with room for 10: RabbitMQ pushes them into the adapter's buffer.
+        taken = list(adapter.receive(queue, max_messages=10, wait=0.0, lease=30.0))
+        eventually(lambda: observer.stats(queue).ready == 0, 10.0, description="prefetch")
+        started = time.monotonic()
+        adapter.stop_receiving()
+        eventually(
+            lambda: observer.stats(queue).ready == 10 - len(taken),
+            2.0,
+            description="the prefetched messages to be returned at once",
+        )
+        assert time.monotonic() - started < 2.0
+        assert not adapter.receive(queue, max_messages=10, wait=0.5, lease=30.0)
+        adapter.ack(taken)  # what was handed out stays owned and can be settled
+    finally:
+        adapter.close()
+        observer.close()
+
+
+def test_worker_returns_prefetched_messages_at_once_on_sigterm(rabbitmq_url: str) -> None:
+    queue = _queue()
+    app = App("pinned", broker=rabbitmq_url, default_queue=queue)
+    release: list[bool] = []
+
+    @app.task(name="pinned.slow")
+    def slow() -> None:
+        while not release:
+            time.sleep(0.02)
+
+    observer = _adapter(rabbitmq_url)
+    worker = InProcessWorker(app, queues=[queue], concurrency=1, prefetch=10)
+    try:
+        worker.start()
+        for _ in range(10):
+            slow.delay()
+        eventually(lambda: observer.stats(queue).ready == 0, 15.0, description="prefetched")
+        worker.worker.request_stop()
+        eventually(lambda: observer.stats(queue).ready == 9, 2.0, description="returned")
+    finally:
+        release.append(True)
+        worker.stop(30)
+        observer.purge(queue)
+        observer.close()
+
+
+def test_countdown_longer_than_the_consumer_timeout_runs_once_without_tripping_it(
+    short_timeout_broker: BrokerHandle, tmp_path: Path
+) -> None:
+    url = with_options(short_timeout_broker.url, heartbeat=2)
+    adapter = _adapter(url)
+    try:
+        queue = _queue()
+        adapter.declare(QueueSpec(queue))
+        countdown = 3 * CONSUMER_TIMEOUT
+        sent = time.time()
+        adapter.publish(queue, [Outgoing("later", b"x", delay=countdown)])
+        # Nothing is held unacked while it waits: the delay lives in the broker's tiers.
+        deadline = time.monotonic() + countdown + 15.0
+        got = []
+        while not got and time.monotonic() < deadline:
+            got = list(adapter.receive(queue, max_messages=1, wait=1.0, lease=1.0))
+            if not got:
+                st = adapter.stats(queue)
+                assert st.in_flight == 0 and st.ready == 0
+        (d,) = got
+        assert time.time() >= sent + countdown - 0.05
+        assert d.attempt == 1
+        adapter.ack([d])  # no consumer_timeout tripped: the connection still owns it
+        assert not adapter.receive(queue, max_messages=1, wait=1.0, lease=1.0)
+    finally:
+        adapter.close()
+
+
+def test_broker_ack_timeout_is_reported_and_survived_by_reconnecting(
+    short_timeout_broker: BrokerHandle,
+) -> None:
+    """Holding a delivery past consumer_timeout: RabbitMQ closes the channel (406).
+
+    The adapter reports a transient error (the worker reconnects), the old receipt is stale,
+    and the message is delivered again after reconnecting.
+    """
+    url = with_options(short_timeout_broker.url, heartbeat=2)
+    adapter = _adapter(url)
+    try:
+        queue = _queue()
+        adapter.declare(QueueSpec(queue))
+        adapter.publish(queue, [Outgoing("held", b"x")])
+        (d,) = adapter.receive(queue, max_messages=1, wait=10.0, lease=1.0)
+        errors: list[Exception] = []
+
+        def refused() -> bool:
+            try:
+                adapter.receive(queue, max_messages=1, wait=0.2, lease=1.0)
+            except TransientAdapterError as exc:
+                errors.append(exc)
+                return True
+            return False
+
+        eventually(refused, CONSUMER_TIMEOUT + 90.0, description="the consumer_timeout")
+        assert "consumer_timeout" in str(errors[0])
+        adapter.close()
+        adapter.open()  # what the worker does on a transient error
+        with pytest.raises(StaleReceipt):
+            adapter.ack([d])
+        (again,) = adapter.receive(queue, max_messages=1, wait=10.0, lease=1.0)
+        assert again.message_id == "held" and again.attempt == 2
+        adapter.ack([again])
+    finally:
+        adapter.close()
+
+
+def test_worker_refuses_a_time_limit_longer_than_the_consumer_timeout(rabbitmq_url: str) -> None:
+    from ackwise import Worker, WorkerConfig
+    from ackwise.errors import ConfigurationError
+
+    queue = _queue()
+    app = App("pinned", broker=with_options(rabbitmq_url, consumer_timeout=5))
+
+    @app.task(name="pinned.long", queue=queue, time_limit=10.0)
+    def long() -> None:  # pragma: no cover - never runs
+        pass
+
+    worker = Worker(app, config=WorkerConfig(queues=[queue], pool="prefork", app_path="x:app"))
+    with pytest.raises(ConfigurationError, match="consumer_timeout"):
+        worker.run()

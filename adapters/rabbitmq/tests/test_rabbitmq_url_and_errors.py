@@ -1,0 +1,151 @@
+"""URL parsing and the mapping of pika's exceptions into ackwise.errors."""
+
+from __future__ import annotations
+
+import inspect
+
+import pika.exceptions as px
+import pytest
+
+from ackwise import BrokerURL, open_adapter
+from ackwise.errors import (
+    AdapterError,
+    AuthenticationFailed,
+    BrokerUnavailable,
+    InvalidBrokerURL,
+    PermanentAdapterError,
+    QueueNotFound,
+    TransientAdapterError,
+)
+from ackwise_conformance.brokers import free_port
+from ackwise_rabbitmq import (
+    ERROR_MAP,
+    RabbitMQAdapter,
+    map_pika_errors,
+    parse_rabbitmq_url,
+    translate_pika_error,
+)
+
+
+def _settings(url: str):  # type: ignore[no-untyped-def]
+    return parse_rabbitmq_url(BrokerURL.parse(url))
+
+
+def test_amqp_url_with_credentials_vhost_heartbeat_and_options() -> None:
+    s = _settings(
+        "amqp://app:p%40ss@mq.internal:5673/shop%2Fprod?heartbeat=5&queue_type=classic"
+        "&consumer_timeout=600&prefix=acme&confirm_timeout=3"
+    )
+    assert (s.scheme, s.host, s.port, s.vhost) == ("amqp", "mq.internal", 5673, "shop/prod")
+    assert (s.username, s.password) == ("app", "p@ss")
+    assert (s.heartbeat, s.queue_type, s.consumer_timeout, s.prefix) == (
+        5.0,
+        "classic",
+        600.0,
+        "acme",
+    )
+    assert s.confirm_timeout == 3.0
+    assert "p@ss" not in repr(s) and "p@ss" not in s.where
+    params = s.connection_parameters()
+    assert (params.host, params.port, params.virtual_host, params.heartbeat) == (
+        "mq.internal",
+        5673,
+        "shop/prod",
+        5,
+    )
+
+
+def test_defaults_are_rabbitmqs() -> None:
+    s = _settings("amqp://localhost")
+    assert (s.port, s.vhost, s.username, s.password) == (5672, "/", "guest", "guest")
+    assert (s.queue_type, s.heartbeat, s.consumer_timeout) == ("quorum", 60.0, 1800.0)
+    assert _settings("amqp://localhost/%2F").vhost == "/"
+    assert _settings("amqps://localhost").port == 5671
+
+
+def test_amqps_builds_a_tls_context() -> None:
+    s = _settings("amqps://u:p@mq:5671/?verify=false&server_hostname=mq.example")
+    params = s.connection_parameters()
+    assert params.ssl_options is not None
+    assert params.ssl_options.server_hostname == "mq.example"
+    assert params.ssl_options.context.check_hostname is False
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("amqp://h/?nope=1", "unknown option"),
+        ("amqp://h/?queue_type=stream", "queue_type"),
+        ("amqp://h/?heartbeat=0", "heartbeat must be > 0"),
+        ("amqp://h/?heartbeat=soon", "not a number"),
+        ("amqp://h/?verify=false", "need the amqps"),
+    ],
+)
+def test_bad_urls_are_refused_with_the_reason(url: str, match: str) -> None:
+    with pytest.raises(InvalidBrokerURL, match=match):
+        _settings(url)
+
+
+def test_the_scheme_opens_the_rabbitmq_adapter_without_connecting() -> None:
+    adapter = open_adapter("amqp://guest:secret@127.0.0.1:1/%2F")
+    assert isinstance(adapter, RabbitMQAdapter)
+    assert "secret" not in repr(adapter)
+
+
+def test_an_unreachable_broker_is_transient_and_names_no_password() -> None:
+    adapter = open_adapter(f"amqp://guest:s3cret@127.0.0.1:{free_port()}/%2F?connection_timeout=2")
+    with pytest.raises(BrokerUnavailable) as info:
+        adapter.open()
+    assert "s3cret" not in str(info.value)
+    adapter.close()
+
+
+def test_every_pika_exception_is_mapped() -> None:
+    classes = {
+        cls
+        for _, cls in inspect.getmembers(px, inspect.isclass)
+        if issubclass(cls, BaseException) and cls.__module__ == px.__name__
+    }
+    missing = sorted(c.__name__ for c in classes - set(ERROR_MAP))
+    assert not missing, f"pika exceptions without an entry in ERROR_MAP: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (px.AMQPConnectionError("refused"), BrokerUnavailable),
+        (px.StreamLostError("eof"), BrokerUnavailable),
+        (px.ProbableAuthenticationError("no"), AuthenticationFailed),
+        (px.ChannelClosedByBroker(404, "NOT_FOUND - no queue 'q'"), QueueNotFound),
+        (px.ChannelClosedByBroker(403, "ACCESS_REFUSED"), AuthenticationFailed),
+        (
+            px.ChannelClosedByBroker(
+                406, "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out"
+            ),
+            TransientAdapterError,
+        ),
+        (
+            px.ChannelClosedByBroker(406, "PRECONDITION_FAILED - inequivalent arg"),
+            PermanentAdapterError,
+        ),
+        (
+            px.ConnectionClosedByBroker(320, "CONNECTION_FORCED - broker shutdown"),
+            BrokerUnavailable,
+        ),
+        (px.UnroutableError([]), PermanentAdapterError),
+        (ConnectionResetError("reset"), BrokerUnavailable),
+    ],
+)
+def test_translation(exc: BaseException, expected: type[AdapterError]) -> None:
+    got = translate_pika_error(exc)
+    assert type(got) is expected, got
+    with pytest.raises(expected) as info, map_pika_errors():
+        raise exc
+    assert info.value.__cause__ is exc
+
+
+def test_the_password_is_scrubbed_from_driver_messages() -> None:
+    got = translate_pika_error(
+        px.AMQPConnectionError("amqp://u:hunter2@h failed"), secret="hunter2"
+    )
+    assert "hunter2" not in str(got)
