@@ -177,6 +177,8 @@ class SQSAdapter(Adapter):
         native_dead_letter=True,
         max_message_size=MAX_MESSAGE_SIZE,
         multi_process=True,
+        oldest_age=False,  # SQS has it only as a CloudWatch metric
+        purge_delayed=False,  # messages within DelaySeconds cannot be received, hence deleted
     )
 
     def __init__(self, url: BrokerURL) -> None:

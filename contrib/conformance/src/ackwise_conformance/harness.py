@@ -31,6 +31,7 @@ from ackwise import (
     QueueSpec,
     QueueStats,
     decode_envelope,
+    get_plugins,
     open_adapter,
     open_lock,
 )
@@ -342,7 +343,13 @@ class Harness:
         }
         os.environ["ACKWISE_CONFORMANCE_JOURNAL"] = str(self.journal.path)
         os.environ["ACKWISE_CONFORMANCE_GATES"] = str(self.gates)
-        self.app: App = build_app(broker.url)
+        # A broker without an idempotency store of its own (SQS) keeps the case's keys in a
+        # SQLite file: what its users configure (App(idempotency_store=…), DESIGN §7).
+        store: str | None = None
+        if get_plugins().adapters.idempotency_store(BrokerURL.parse(broker.url).scheme) is None:
+            store = f"sqlite:///{workdir / 'idempotency.db'}"
+            self._env["ACKWISE_CONFORMANCE_IDEMPOTENCY_STORE"] = store
+        self.app: App = build_app(broker.url, idempotency_store=store)
         self.workers: list[WorkerHandle] = []
         self.beats: list[BeatHandle] = []
         self._beat_app = f"conformance-beat-{uuid.uuid4().hex[:12]}"

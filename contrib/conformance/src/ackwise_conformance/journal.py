@@ -40,7 +40,9 @@ class Journal:
         if not self.path.exists():
             return []
         out = []
-        for line in self.path.read_text().splitlines():
+        text = self.path.read_text()
+        # A reader can see a line while its write is in progress: only complete lines count.
+        for line in text[: text.rfind("\n") + 1].splitlines():
             if not line.strip():
                 continue
             rec = json.loads(line)

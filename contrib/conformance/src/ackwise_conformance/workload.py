@@ -105,9 +105,14 @@ def _execute(ctx: TaskContext, key: str, plan: dict[str, Any]) -> None:
     _journal("end", ctx, key)
 
 
-def build_app(broker: str | None = None) -> App:
-    """The workload App on ``broker`` (default: ``$ACKWISE_BROKER_URL``)."""
-    app = App("ackwise-conformance", broker=broker)
+def build_app(broker: str | None = None, *, idempotency_store: str | None = None) -> App:
+    """The workload App on ``broker`` (default: ``$ACKWISE_BROKER_URL``).
+
+    :param idempotency_store: default ``$ACKWISE_CONFORMANCE_IDEMPOTENCY_STORE``, else the
+        broker's own store where its adapter has one.
+    """
+    store = idempotency_store or os.environ.get("ACKWISE_CONFORMANCE_IDEMPOTENCY_STORE")
+    app = App("ackwise-conformance", broker=broker, idempotency_store=store or None)
     for mode in Ack:
 
         @app.task(
