@@ -91,8 +91,6 @@ def test_sigkill_during_receive_calls_loses_no_message(
         finally:
             proc.kill()
             proc.wait(10)
-    taken_by_victims = adapter.stats(queue).in_flight
-    assert taken_by_victims > 0, "the killed receivers took nothing: the test proves nothing"
     seen: dict[str, int] = {}
     deadline = time.monotonic() + 30
     while len(seen) < len(ids) and time.monotonic() < deadline:
@@ -104,6 +102,8 @@ def test_sigkill_during_receive_calls_loses_no_message(
             adapter.ack(got)
     missing = sorted(set(ids) - set(seen))
     assert not missing, f"{len(missing)} message(s) lost after {kills} kills: {missing[:10]}"
+    # Messages the killed receivers had leased came back with their delivery count raised
+    # (without this the kills hit nothing and the test would prove nothing).
     assert sum(1 for a in seen.values() if a > 1) >= 1, "no redelivery after the kills"
     st = adapter.stats(queue)
     assert (st.ready, st.delayed, st.in_flight, st.dead) == (0, 0, 0, 0), st
