@@ -10,7 +10,7 @@ import pytest
 
 import ackwise
 from ackwise import App
-from ackwise._idempotency import Claim, open_store
+from ackwise._idempotency import KeyState, open_store
 from ackwise.errors import ConfigurationError
 from ackwise.testing import run_worker
 from ackwise_conformance.brokers import missing_broker
@@ -26,9 +26,23 @@ def _pg_up() -> bool:
     return True
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+@pytest.fixture(scope="module")
+def redis_broker(tmp_path_factory):
+    from ackwise_conformance.brokers import BrokerUnavailable, provide
+
+    try:
+        handle = provide("redis", tmp_dir=tmp_path_factory.mktemp("redis"), durable=False)
+    except BrokerUnavailable as exc:
+        missing_broker(exc.reason)
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql", "redis"])
 def store(request, tmp_path):
-    if request.param == "memory":
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_broker").url
+    elif request.param == "memory":
         url = f"memory://{uuid.uuid4().hex}"
     elif request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'keys.db'}"
@@ -47,23 +61,23 @@ def _key() -> str:
 
 def test_first_claim_runs_a_second_is_busy_and_a_completed_key_is_done(store):
     key = _key()
-    assert store.claim(key, "w1", 30).state is Claim.RUN
+    assert store.claim(key, "w1", 30).state is KeyState.RUN
     busy = store.claim(key, "w2", 30)
-    assert busy.state is Claim.BUSY and 25 < busy.retry_after <= 30
+    assert busy.state is KeyState.BUSY and 25 < busy.retry_after <= 30
     store.complete(key, "w1")
-    assert store.claim(key, "w2", 30).state is Claim.DONE
+    assert store.claim(key, "w2", 30).state is KeyState.DONE
 
 
 def test_a_dead_holders_key_is_taken_over_after_its_lease(store):
     key = _key()
-    assert store.claim(key, "dead-worker", 0.2).state is Claim.RUN
-    assert store.claim(key, "w2", 30).state is Claim.BUSY
+    assert store.claim(key, "dead-worker", 0.2).state is KeyState.RUN
+    assert store.claim(key, "w2", 30).state is KeyState.BUSY
     time.sleep(0.3)
-    assert store.claim(key, "w2", 30).state is Claim.RUN
+    assert store.claim(key, "w2", 30).state is KeyState.RUN
     # the old holder can no longer extend or release the new holder's claim
     store.extend([(key, "dead-worker")], 60)
     store.release(key, "dead-worker")
-    assert store.claim(key, "w3", 30).state is Claim.BUSY
+    assert store.claim(key, "w3", 30).state is KeyState.BUSY
 
 
 def test_extend_keeps_a_claim_and_release_frees_it(store):
@@ -71,9 +85,9 @@ def test_extend_keeps_a_claim_and_release_frees_it(store):
     store.claim(key, "w1", 0.3)
     store.extend([(key, "w1")], 30)
     time.sleep(0.4)
-    assert store.claim(key, "w2", 30).state is Claim.BUSY
+    assert store.claim(key, "w2", 30).state is KeyState.BUSY
     store.release(key, "w1")
-    assert store.claim(key, "w2", 30).state is Claim.RUN
+    assert store.claim(key, "w2", 30).state is KeyState.RUN
 
 
 @pytest.fixture(params=["memory", "sqlite"])

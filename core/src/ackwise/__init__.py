@@ -5,6 +5,7 @@ from ackwise._beat import Beat, BeatConfig
 from ackwise._envelope import ENVELOPE_VERSION, Attempt, Envelope
 from ackwise._envelope import decode as decode_envelope
 from ackwise._hookspecs import hookimpl
+from ackwise._idempotency import ClaimResult, IdempotencyStore, KeyState
 from ackwise._locks import Claim, LeaderLock, Leadership, LockInfo, LockRegistry, open_lock
 from ackwise._plugins import AdapterRegistry, Plugins, get_plugins, open_adapter
 from ackwise._schedule import Cron, Interval, Periodic, Schedule
@@ -52,13 +53,16 @@ __all__ = [
     "BrokerURL",
     "Capabilities",
     "Claim",
+    "ClaimResult",
     "Cron",
     "DeadLetter",
     "DeadLetterMessage",
     "Delivery",
     "Envelope",
     "Hold",
+    "IdempotencyStore",
     "Interval",
+    "KeyState",
     "LeaderLock",
     "Leadership",
     "LeaseExtension",

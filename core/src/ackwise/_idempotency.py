@@ -33,9 +33,9 @@ from ackwise.errors import (
 )
 
 __all__ = [
-    "Claim",
     "ClaimResult",
     "IdempotencyStore",
+    "KeyState",
     "MemoryIdempotencyStore",
     "PostgresIdempotencyStore",
     "SQLiteIdempotencyStore",
@@ -47,7 +47,7 @@ __all__ = [
 DONE_TTL = 7 * 24 * 3600.0
 
 
-class Claim(enum.Enum):
+class KeyState(enum.Enum):
     RUN = "run"
     DONE = "done"
     BUSY = "busy"
@@ -55,7 +55,7 @@ class Claim(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
-    state: Claim
+    state: KeyState
     #: For BUSY: seconds until the holder's lease runs out.
     retry_after: float = 0.0
 
@@ -123,11 +123,11 @@ class MemoryIdempotencyStore(IdempotencyStore):
             if current is not None:
                 status, _, until = current
                 if status == "done" and until > now:
-                    return ClaimResult(Claim.DONE)
+                    return ClaimResult(KeyState.DONE)
                 if status == "running" and until > now:
-                    return ClaimResult(Claim.BUSY, until - now)
+                    return ClaimResult(KeyState.BUSY, until - now)
             self._state.keys[key] = ("running", holder, now + lease)
-            return ClaimResult(Claim.RUN)
+            return ClaimResult(KeyState.RUN)
 
     def extend(self, claims: Sequence[tuple[str, str]], lease: float) -> None:
         until = time.time() + lease
@@ -215,8 +215,8 @@ class SQLiteIdempotencyStore(IdempotencyStore):
             ).fetchone()
             if row is not None and row[1] > now:
                 if row[0] == "done":
-                    return ClaimResult(Claim.DONE)
-                return ClaimResult(Claim.BUSY, row[1] - now)
+                    return ClaimResult(KeyState.DONE)
+                return ClaimResult(KeyState.BUSY, row[1] - now)
             # New, or its holder's lease ran out (taken over), or a done key that expired.
             db.execute(
                 "INSERT INTO ackwise_idempotency (key, status, holder, until) "
@@ -224,7 +224,7 @@ class SQLiteIdempotencyStore(IdempotencyStore):
                 "status = 'running', holder = excluded.holder, until = excluded.until",
                 (key, holder, now + lease),
             )
-            return ClaimResult(Claim.RUN)
+            return ClaimResult(KeyState.RUN)
 
     def extend(self, claims: Sequence[tuple[str, str]], lease: float) -> None:
         if not claims:
@@ -312,15 +312,15 @@ class PostgresIdempotencyStore(IdempotencyStore):
             (key, holder, now + lease, now),
         ).fetchone()
         if row is not None and row[0] == holder:
-            return ClaimResult(Claim.RUN)
+            return ClaimResult(KeyState.RUN)
         row = self._exec(
             "SELECT status, until FROM ackwise_idempotency WHERE key = %s", (key,)
         ).fetchone()
         if row is None:  # deleted between the two statements: try again once
             return self.claim(key, holder, lease)
         if row[0] == "done":
-            return ClaimResult(Claim.DONE)
-        return ClaimResult(Claim.BUSY, max(0.0, row[1] - now))
+            return ClaimResult(KeyState.DONE)
+        return ClaimResult(KeyState.BUSY, max(0.0, row[1] - now))
 
     def extend(self, claims: Sequence[tuple[str, str]], lease: float) -> None:
         until = time.time() + lease

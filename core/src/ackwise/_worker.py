@@ -25,7 +25,7 @@ import msgspec
 from ackwise import _envelope
 from ackwise._execution import FAILED, Job, Result
 from ackwise._executors import Completion, Executor, PreforkExecutor, ThreadExecutor
-from ackwise._idempotency import Claim, IdempotencyStore, open_store
+from ackwise._idempotency import IdempotencyStore, KeyState, open_store
 from ackwise._semantics import (
     Ack,
     AckMessage,
@@ -624,10 +624,10 @@ class Worker:
             return True
         claim = store.claim(key, self._holder(h), self.config.lease)
         d = h.delivery
-        if claim.state is Claim.RUN:
+        if claim.state is KeyState.RUN:
             h.idem_key = key
             return True
-        if claim.state is Claim.DONE:
+        if claim.state is KeyState.DONE:
             log.info(
                 "message %s: idempotency key %s is done; acked without running", d.message_id, key
             )

@@ -1,4 +1,4 @@
-"""Registers the Redis adapter and leader lock: names the classes by import path, imports no driver."""
+"""Registers the Redis adapter, leader lock and idempotency store: names the classes by import path, imports no driver."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ from ackwise import AdapterRegistry, LockRegistry, hookimpl
 
 _ADAPTER = "ackwise_redis._adapter:RedisAdapter"
 _LOCK = "ackwise_redis._lock:RedisLeaderLock"
+_IDEMPOTENCY = "ackwise_redis._idempotency:RedisIdempotencyStore"
 
 
 @hookimpl
 def ackwise_register_adapters(registry: AdapterRegistry) -> None:
     for scheme in ("redis", "rediss", "unix"):
         registry.add(scheme, _ADAPTER, distribution="ackwise-redis")
+        registry.add_idempotency_store(scheme, _IDEMPOTENCY)
 
 
 @hookimpl
