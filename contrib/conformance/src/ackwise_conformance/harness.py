@@ -37,6 +37,7 @@ from ackwise import (
 )
 from ackwise.errors import AdapterError
 from ackwise.testing import InProcessWorker
+from ackwise_conformance.brokers import _address_of, _replace_address
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.journal import Journal
 from ackwise_conformance.workload import build_app, task_name
@@ -95,7 +96,9 @@ class SimpleBroker:
         parsed = BrokerURL.parse(self.url)
         if not self.name:
             self.name = parsed.scheme
-        if self.host is None and parsed.host and parsed.port:
+        if self.host is None and parsed.scheme == "sqs":  # the address is its endpoint_url
+            self.host, self.port = _address_of(self.url)
+        elif self.host is None and parsed.host and parsed.port:
             self.host, self.port = parsed.host, parsed.port
 
     def url_via(self, host: str, port: int) -> str:
@@ -103,6 +106,8 @@ class SimpleBroker:
             raise NotApplicable(
                 f"broker {self.name}: no network address to put a proxy in front of"
             )
+        if BrokerURL.parse(self.url).scheme == "sqs":
+            return _replace_address(self.url, host, port)
         parts = urlsplit(self.url)
         userinfo, _, _ = parts.netloc.rpartition("@")
         netloc = f"{userinfo}@{host}:{port}" if userinfo else f"{host}:{port}"
