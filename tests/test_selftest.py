@@ -121,7 +121,7 @@ EXPECTATIONS = [
     Expectation(
         "broken-stale-ack",
         {
-            f"{CRASH}[C08-LATE]": "the paused worker to report its stale receipt",
+            f"{CRASH}[C08-LATE]": "late ack removed the newer delivery",
             f"{SPI}::test_stale_receipt_is_refused_and_the_new_delivery_is_untouched[ack]": (
                 "DID NOT RAISE"
             ),
