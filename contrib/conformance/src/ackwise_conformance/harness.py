@@ -617,12 +617,23 @@ class Harness:
         return st.ready == 0 and st.in_flight == 0 and (not delayed or st.delayed == 0)
 
     def drain(self, timeout: float | None = None) -> None:
-        """Wait until nothing is ready, delayed or in flight on the case's queue."""
-        eventually(
-            self.settled,
-            self.patience * 2 if timeout is None else timeout,
-            description=f"queue {self.queue} to drain (stats: {self.stats()})",
-        )
+        """Wait until nothing is ready, delayed or in flight on the case's queue, and the
+        journal has gone quiet (an early-acked task is no longer in flight at the broker but
+        may still be running: its end must be in the journal before the checker reads it).
+        """
+        limit = self.patience * 2 if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        while True:
+            eventually(
+                self.settled,
+                max(0.1, deadline - time.monotonic()),
+                description=f"queue {self.queue} to drain (stats: {self.stats()})",
+            )
+            size = self.journal.path.stat().st_size if self.journal.path.exists() else 0
+            time.sleep(0.25)
+            now = self.journal.path.stat().st_size if self.journal.path.exists() else 0
+            if (now == size and self.settled()) or time.monotonic() >= deadline:
+                return
 
     def quiet(self, seconds: float) -> None:
         """Let ``seconds`` pass so that anything that should not happen has had its chance."""
