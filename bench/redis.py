@@ -663,7 +663,9 @@ def main() -> int:
     parser.add_argument("--out", default=str(BENCH_DIR / "results-redis.md"))
     parser.add_argument("--only", default="", help="comma-separated prefixes of cell keys")
     args = parser.parse_args()
-    command = "uv run --group bench python bench/redis.py " + shlex.join(sys.argv[1:])
+    command = " ".join(
+        ["uv run --group bench python bench/redis.py", shlex.join(sys.argv[1:])]
+    ).strip()
     cells = plan()
     if args.only:
         prefixes = [p.strip() for p in args.only.split(",") if p.strip()]
