@@ -38,8 +38,9 @@ def with_options(url: str, **options: object) -> str:
 
 @pytest.fixture
 def rabbitmq_url(rabbitmq_broker: BrokerHandle) -> str:
-    """The private node's URL, with a short heartbeat (a lost consumer is noticed in seconds)."""
-    return with_options(rabbitmq_broker.url, heartbeat=2)
+    """The private node's URL: a short heartbeat (a lost consumer is noticed in seconds) and
+    management totals no older than the call (the node's quorum tick is 200 ms)."""
+    return with_options(rabbitmq_broker.url, heartbeat=2, management_lag=0.3)
 
 
 class WithOptions:
@@ -59,5 +60,8 @@ class WithOptions:
 
 @pytest.fixture
 def rabbitmq_heartbeat_2s(rabbitmq_broker: BrokerHandle) -> Any:
-    """The private node, its URLs asking for 2 s heartbeats."""
-    return WithOptions(rabbitmq_broker, heartbeat=2)
+    """The private node, its URLs asking for 2 s heartbeats and fresh management totals.
+
+    The node's quorum queues refresh their totals every 200 ms (``quorum_tick_interval``).
+    """
+    return WithOptions(rabbitmq_broker, heartbeat=2, management_lag=0.3)

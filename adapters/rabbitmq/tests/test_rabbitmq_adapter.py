@@ -99,31 +99,6 @@ def test_unroutable_publish_raises_and_stores_nothing(rabbitmq_url: str) -> None
         adapter.close()
 
 
-def test_prefetched_messages_come_back_at_once_on_graceful_stop(rabbitmq_url: str) -> None:
-    """SIGTERM's first step: stop_receiving returns what was prefetched, without waiting."""
-    adapter, observer = _adapter(rabbitmq_url), _adapter(rabbitmq_url)
-    try:
-        queue = _queue()
-        adapter.declare(QueueSpec(queue))
-        adapter.publish(queue, [Outgoing(f"m{i}", b"x") for i in range(10)])
-        # A consumer with room for 10: RabbitMQ pushes them into the adapter's buffer.
-        taken = list(adapter.receive(queue, max_messages=10, wait=0.0, lease=30.0))
-        eventually(lambda: observer.stats(queue).ready == 0, 10.0, description="prefetch")
-        started = time.monotonic()
-        adapter.stop_receiving()
-        eventually(
-            lambda: observer.stats(queue).ready == 10 - len(taken),
-            2.0,
-            description="the prefetched messages to be returned at once",
-        )
-        assert time.monotonic() - started < 2.0
-        assert not adapter.receive(queue, max_messages=10, wait=0.5, lease=30.0)
-        adapter.ack(taken)  # what was handed out stays owned and can be settled
-    finally:
-        adapter.close()
-        observer.close()
-
-
 def test_worker_returns_prefetched_messages_at_once_on_sigterm(rabbitmq_url: str) -> None:
     queue = _queue()
     app = App("pinned", broker=rabbitmq_url, default_queue=queue)

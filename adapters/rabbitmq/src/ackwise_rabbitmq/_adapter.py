@@ -5,8 +5,14 @@ someone runs its I/O loop.  So the adapter owns an I/O thread that holds the con
 never stops turning its loop (``process_data_events``): heartbeats keep flowing while a long,
 CPU-bound task runs in the worker's executor.  The worker's consumer thread calls the adapter;
 every pika call is handed to the I/O thread (a command queue woken by
-``add_callback_threadsafe``), and deliveries come back through a local buffer that
-:meth:`RabbitMQAdapter.receive` drains.
+``add_callback_threadsafe``).
+
+**Receiving** takes exactly what the caller asks for: ``basic.get`` while messages are ready,
+and, when none is and the caller may wait, a prefetch-1 consumer that the broker pushes the
+next message to (no polling), cancelled once it holds it.  No window of prefetched messages
+sits in the adapter: a busy worker (an early-acked task frees a ``basic.qos`` slot) never
+hides messages from an idle one, and at a graceful stop the worker's own buffer is all there
+is to return.
 
 **Topology** of a queue ``q`` (``p`` is the URL's ``prefix``, default ``ackwise``)::
 
@@ -145,6 +151,10 @@ class _ConnectionLost(Exception):
     """The consuming channel or the connection is gone: every receipt of it is stale."""
 
 
+# Timers for waits inside pika's I/O loop (``_flush_output``) are the connection impl's:
+# ``BlockingConnection.call_later`` callbacks run only from ``process_data_events``.
+
+
 def _noop() -> None:
     pass
 
@@ -179,17 +189,15 @@ class RabbitMQAdapter(Adapter):
         self._alive = False
         self._closing = False
         self._failure: AdapterError | None = None
-        self._buffers: dict[str, collections.deque[_Raw]] = {}
         self._unacked: dict[int, str] = {}  # delivery tag -> queue, of this generation
-        self._windows: dict[str, int] = {}  # queue -> prefetch of its consumers together
-        self._consumer_tags: dict[str, list[str]] = {}
         self._declared: set[str] = set()
-        self._receiving_stopped = False
+        self._user_closed = False
         # Owned by the I/O thread:
         self._consume_ch: BlockingChannel | None = None
         self._publish_ch: BlockingChannel | None = None
         self._admin_ch: BlockingChannel | None = None
         self._consume_closed: str | None = None
+        self._qos = 0
         self._seq = 0
         self._unconfirmed: set[int] = set()
         self._nacked: set[int] = set()
@@ -219,7 +227,7 @@ class RabbitMQAdapter(Adapter):
             if self._alive and self._thread is not None and self._thread.is_alive():
                 return
         self.close()
-        self._receiving_stopped = False
+        self._user_closed = False
         ready = threading.Event()
         box: list[BaseException] = []
         self._closing = False
@@ -232,11 +240,17 @@ class RabbitMQAdapter(Adapter):
             self._closing = True
             raise BrokerUnavailable(f"{self.settings.where}: connecting timed out")
         if box:
-            raise translate_pika_error(
-                box[0], self.settings.where, self.settings.password
-            ) from box[0]
+            exc = box[0]
+            if not isinstance(exc, px.AMQPError | OSError):
+                # pika fails with plain errors too when the socket is reset mid-handshake
+                # ("Expected connected socket"): connecting may work next time.
+                raise BrokerUnavailable(
+                    f"{self.settings.where}: connecting failed: {type(exc).__name__}: {exc}"
+                ) from exc
+            raise translate_pika_error(exc, self.settings.where, self.settings.password) from exc
 
     def close(self) -> None:
+        self._user_closed = True
         thread = self._thread
         if thread is None:
             return
@@ -269,16 +283,14 @@ class RabbitMQAdapter(Adapter):
             self._conn = conn
             self._consume_ch, self._publish_ch, self._admin_ch = consume, publish, None
             self._consume_closed = None
+            self._qos = 0
             self._seq = 0
             self._unconfirmed.clear()
             self._nacked.clear()
             self._generation += 1
             self._alive = True
             self._failure = None
-            self._buffers.clear()
             self._unacked.clear()
-            self._windows.clear()
-            self._consumer_tags.clear()
         ready.set()
         error: BaseException | None = None
         try:
@@ -305,7 +317,6 @@ class RabbitMQAdapter(Adapter):
             self._alive = False
             self._failure = failure
             self._unacked.clear()
-            self._buffers.clear()
             calls = list(self._calls)
             self._calls.clear()
             self._lock.notify_all()
@@ -336,8 +347,17 @@ class RabbitMQAdapter(Adapter):
             call.done.set()
 
     def _call(self, fn: Callable[[], T], timeout: float | None = None) -> T:
-        """Run ``fn`` on the I/O thread and return its result (errors mapped)."""
+        """Run ``fn`` on the I/O thread and return its result (errors mapped).
+
+        A connection that was lost (not closed by the caller) is opened again first, once:
+        a producer or an inspector needs no receipts of the old one.  ``receive`` does not
+        come here: a consumer learns of the loss and reconnects with its backoff.
+        """
         call = _Call(fn)
+        with self._lock:
+            lost = not self._alive and self._thread is not None and not self._user_closed
+        if lost:
+            self.open()
         with self._lock:
             if not self._alive:
                 raise self._failure or BrokerUnavailable(
@@ -398,16 +418,6 @@ class RabbitMQAdapter(Adapter):
             return
         self._consume_closed = f"the consuming channel was closed: {code} {text}"
 
-    def _on_message(self, queue: str, generation: int) -> Callable[..., None]:
-        def deliver(_ch: Any, method: Any, properties: Any, body: bytes) -> None:
-            raw = _Raw(generation, queue, method.delivery_tag, properties, body, method.redelivered)
-            with self._lock:
-                if generation == self._generation:
-                    self._buffers.setdefault(queue, collections.deque()).append(raw)
-                    self._lock.notify_all()
-
-        return deliver
-
     # -- channels (I/O thread) -------------------------------------------------------------
     def _admin(self) -> BlockingChannel:
         ch = self._admin_ch
@@ -458,13 +468,15 @@ class RabbitMQAdapter(Adapter):
             self._unconfirmed.add(self._seq)
         mine = set(range(first, self._seq + 1))
         timed_out: list[bool] = []
-        timer = conn.call_later(self.settings.confirm_timeout, lambda: timed_out.append(True))
+        timer = conn._impl._adapter_call_later(
+            self.settings.confirm_timeout, lambda: timed_out.append(True)
+        )
         try:
             conn._flush_output(
                 lambda: not (self._unconfirmed & mine) or bool(timed_out) or not ch.is_open
             )
         finally:
-            conn.remove_timeout(timer)
+            conn._impl._adapter_remove_timeout(timer)
         if not ch.is_open:
             raise TransientAdapterError(
                 f"{self.settings.where}: the publishing channel closed before RabbitMQ "
@@ -614,52 +626,77 @@ class RabbitMQAdapter(Adapter):
         if max_messages <= 0:
             return []
         self._ensure_open()
-        if self._receiving_stopped:
-            return []
+        raws = self._call(lambda: self._get(queue, max_messages))
+        if not raws and wait > 0:
+            raws = self._call(lambda: self._wait_one(queue, wait), timeout=wait)
+            if raws and max_messages > 1:
+                raws += self._call(lambda: self._get(queue, max_messages - 1))
+        now = time.time()
+        out: list[Delivery] = []
         with self._lock:
-            generation = self._generation
-            held = sum(1 for q in self._unacked.values() if q == queue)
-            window = self._windows.get(queue, 0)
-            buffered = len(self._buffers.get(queue, ()))
-        # The consumers' prefetch is the caller's window: what it holds plus what it asks for,
-        # set when it waits (a worker waits only when idle, holding nothing).  Never more, so
-        # RabbitMQ keeps the rest ready for other consumers (and in `ready` of the stats).
-        wanted = held + max_messages
-        if window == 0 or (wait > 0 and wanted > window and buffered < max_messages):
-            self._call(lambda: self._consume(queue, generation, max(wanted - window, 1)))
-        deadline = time.monotonic() + wait
-        with self._lock:
-            while True:
-                if not self._alive:
-                    raise self._failure or BrokerUnavailable(self.settings.where)
-                buf = self._buffers.get(queue)
-                if buf:
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return []
-                self._lock.wait(remaining)
-            now = time.time()
-            out: list[Delivery] = []
-            while buf and len(out) < max_messages:
-                raw = buf.popleft()
+            for raw in raws:
                 if raw.generation != self._generation:
-                    continue
+                    continue  # the connection went meanwhile: the broker requeued it
                 self._unacked[raw.tag] = queue
                 out.append(self._delivery(raw, now + lease))
         return out
 
-    def _consume(self, queue: str, generation: int, prefetch: int) -> None:
-        """Add a consumer with ``prefetch`` to the queue's window (I/O thread)."""
+    def _get(self, queue: str, n: int) -> list[_Raw]:
+        """Take up to ``n`` ready messages with ``basic.get`` (I/O thread).
+
+        Pulling exactly what the caller asked for keeps the rest ready for other consumers:
+        a ``basic.consume`` window would keep pulling while the caller is busy (an early-acked
+        task frees its prefetch slot), hiding messages from idle workers.
+        """
         ch = self._consume_ch
         assert ch is not None
-        if generation != self._generation:
-            return
-        ch.basic_qos(prefetch_count=prefetch)
-        tag = ch.basic_consume(queue, self._on_message(queue, generation), auto_ack=False)
-        with self._lock:
-            self._windows[queue] = self._windows.get(queue, 0) + prefetch
-            self._consumer_tags.setdefault(queue, []).append(tag)
+        out: list[_Raw] = []
+        generation = self._generation
+        while len(out) < n:
+            method, props, body = ch.basic_get(queue, auto_ack=False)
+            if method is None:
+                break
+            out.append(
+                _Raw(generation, queue, method.delivery_tag, props, body, method.redelivered)
+            )
+        return out
+
+    def _wait_one(self, queue: str, wait: float) -> list[_Raw]:
+        """Wait up to ``wait`` seconds for one message, pushed by a prefetch-1 consumer.
+
+        Once it holds its one unacknowledged message the consumer has no credit left, so
+        cancelling it returns nothing (an in-transit delivery would be requeued, counting as a
+        delivery on a quorum queue).  Heartbeats flow meanwhile: this is the I/O loop.
+        """
+        ch = self._consume_ch
+        conn = self._conn
+        assert ch is not None and conn is not None
+        generation = self._generation
+        got: list[_Raw] = []
+
+        def on_message(_ch: Any, method: Any, props: Any, body: bytes) -> None:
+            got.append(
+                _Raw(generation, queue, method.delivery_tag, props, body, method.redelivered)
+            )
+
+        if self._qos != 1:
+            ch.basic_qos(prefetch_count=1)
+            self._qos = 1
+        tag = ch.basic_consume(queue, on_message, auto_ack=False)
+        deadline = time.monotonic() + wait
+        try:
+            # Dispatches the consumer's delivery (and answers heartbeats) as it comes.
+            while not got and self._consume_closed is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                conn.process_data_events(time_limit=remaining)
+        finally:
+            if ch.is_open:
+                ch.basic_cancel(tag)
+        if self._consume_closed is not None:
+            raise _ConnectionLost(self._consume_closed)
+        return got
 
     def _delivery(self, raw: _Raw, deadline: float) -> Delivery:
         props = raw.properties
@@ -678,29 +715,6 @@ class RabbitMQAdapter(Adapter):
             attempt=attempt,
             lease_deadline=deadline,
         )
-
-    def stop_receiving(self) -> None:
-        """Cancel the consumers and return what they prefetched but nobody took, at once."""
-        self._receiving_stopped = True
-        with self._lock:
-            if not self._alive:
-                return
-        self._call(self._stop_consumers)
-
-    def _stop_consumers(self) -> None:
-        ch = self._consume_ch
-        assert ch is not None
-        with self._lock:
-            tags = [t for ts in self._consumer_tags.values() for t in ts]
-            self._consumer_tags.clear()
-        for tag in tags:
-            ch.basic_cancel(tag)  # pika nacks (requeues) what arrived and was not dispatched
-        with self._lock:
-            returned = [raw for buf in self._buffers.values() for raw in buf]
-            self._buffers.clear()
-        for raw in returned:
-            if raw.generation == self._generation:
-                ch.basic_nack(raw.tag, requeue=True)
 
     # -- settling --------------------------------------------------------------------------
     def _claim(self, deliveries: Sequence[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
@@ -851,12 +865,15 @@ class RabbitMQAdapter(Adapter):
 
     def stats(self, queue: str) -> QueueStats:
         self._check_name(queue)
+        started = time.monotonic()
         ready, delayed, dead = self._call(lambda: self._counts(queue))
         with self._lock:
-            # Prefetched into this adapter's buffer but not handed out: ready to the caller.
-            buffered = len(self._buffers.get(queue, ()))
             mine = sum(1 for q in self._unacked.values() if q == queue)
-        info = self._queue_totals(queue)
+        info = None
+        if self.settings.management:
+            # Totals at least as new as this call began (see the URL's management_lag).
+            time.sleep(max(0.0, started + self.settings.management_lag - time.monotonic()))
+            info = self._queue_totals(queue)
         if info is not None and "messages_unacknowledged" in info:
             # Queue totals come from the queue itself (quorum queues: as of their last tick,
             # a fraction of a second).  A message counted there but no longer ready now has
@@ -864,10 +881,10 @@ class RabbitMQAdapter(Adapter):
             # flight", never towards "settled".
             unacked = int(info.get("messages_unacknowledged") or 0)
             total = int(info.get("messages") or 0)
-            in_flight = max(unacked, total - ready, mine) - buffered
+            in_flight = max(unacked, total - ready, mine)
         else:
             in_flight = mine
-        return QueueStats(queue, ready + buffered, delayed, max(0, in_flight), dead, 0.0)
+        return QueueStats(queue, ready, delayed, max(0, in_flight), dead, 0.0)
 
     def _queue_totals(self, queue: str) -> dict[str, Any] | None:
         """The queue's live totals from the management API (not its sampled statistics)."""

@@ -16,6 +16,10 @@
 ``management`` (an ``http[s]://host:port`` URL)
     RabbitMQ's management API, used by ``stats()`` for the exact in-flight count of every
     consumer (AMQP only tells the number of ready messages).
+``management_lag`` (seconds, default 0)
+    how stale the management API's queue totals may be: quorum queues refresh them once per
+    ``quorum_tick_interval`` (5 s by default).  ``stats()`` waits this long before reading them,
+    so that a message that left ``ready`` before the call is seen in flight.
 ``prefix`` (default ``ackwise``)
     names the exchanges and auxiliary queues (``<prefix>.<queue>.dlx``, …).
 TLS (``amqps`` only): ``ca_certs``, ``certfile``, ``keyfile``, ``verify`` (``true``/``false``),
@@ -43,6 +47,7 @@ _KNOWN = {
     "queue_type",
     "consumer_timeout",
     "management",
+    "management_lag",
     "prefix",
     "ca_certs",
     "certfile",
@@ -66,6 +71,7 @@ class RabbitMQSettings:
     queue_type: str = "quorum"
     consumer_timeout: float = 1800.0
     management: str | None = None
+    management_lag: float = 0.0
     prefix: str = "ackwise"
     ca_certs: str | None = None
     certfile: str | None = None
@@ -158,6 +164,9 @@ def parse_rabbitmq_url(url: BrokerURL) -> RabbitMQSettings:
         queue_type=queue_type,
         consumer_timeout=_seconds(url, "consumer_timeout", q.get("consumer_timeout", "1800")),
         management=q.get("management") or None,
+        management_lag=_seconds(
+            url, "management_lag", q.get("management_lag", "0"), positive=False
+        ),
         prefix=prefix,
         ca_certs=q.get("ca_certs"),
         certfile=q.get("certfile"),
