@@ -340,10 +340,26 @@ def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
     )
 
 
-@pytest.fixture
-def dead_sqlite(tmp_path):
-    """A sqlite broker with three dead letters of two tasks and two reasons."""
-    url = f"sqlite:///{tmp_path / 'b.db'}"
+@pytest.fixture(scope="module")
+def redis_for_dlq(tmp_path_factory):
+    from ackwise_conformance.brokers import BrokerUnavailable, missing_broker, provide
+
+    try:
+        handle = provide("redis", tmp_dir=tmp_path_factory.mktemp("redis"), durable=False)
+    except BrokerUnavailable as exc:
+        missing_broker(exc.reason)
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def dead_sqlite(request, tmp_path):
+    """A broker (sqlite, redis) with four dead letters of two tasks and two reasons."""
+    if request.param == "redis":
+        base = request.getfixturevalue("redis_for_dlq").url
+        url = f"{base}{'&' if '?' in base else '?'}prefix=dlq{uuid.uuid4().hex[:8]}"
+    else:
+        url = f"sqlite:///{tmp_path / 'b.db'}"
     app = App("dlq", broker=url)
 
     @app.task(name="shop.charge", autoretry_for=())
@@ -366,64 +382,59 @@ def dead_sqlite(tmp_path):
     adapter.publish("default", [ackwise.Outgoing("garbage-1", b"\x00 not json")])
     with run_worker(app) as w:
         w.join(timeout=10)
-    yield app, adapter, url
+    yield app, adapter, ("--broker", url, "-Q", "default")
     adapter.close()
     app.close()
 
 
 def test_dlq_list_filters_by_task_reason_and_age(dead_sqlite):
-    _, _, url = dead_sqlite
-    out = _cli("dlq", "list", "--broker", url, "--json")
+    _, _, where = dead_sqlite
+    out = _cli("dlq", "list", *where, "--json")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert sorted(r["reason"] for r in rows) == ["decode_error", "failed", "failed", "failed"]
-    charge = json.loads(
-        _cli("dlq", "list", "--broker", url, "--task", "shop.charge", "--json").stdout
-    )
+    charge = json.loads(_cli("dlq", "list", *where, "--task", "shop.charge", "--json").stdout)
     assert len(charge) == 2 and all("card declined" in r["last_error"] for r in charge)
     assert (
-        json.loads(
-            _cli("dlq", "list", "--broker", url, "--reason", "decode_error", "--json").stdout
-        )[0]["id"]
+        json.loads(_cli("dlq", "list", *where, "--reason", "decode_error", "--json").stdout)[0][
+            "id"
+        ]
         == "garbage-1"
     )
-    assert (
-        json.loads(_cli("dlq", "list", "--broker", url, "--older-than", "3600", "--json").stdout)
-        == []
-    )
-    table = _cli("dlq", "list", "--broker", url)
+    assert json.loads(_cli("dlq", "list", *where, "--older-than", "3600", "--json").stdout) == []
+    table = _cli("dlq", "list", *where)
     assert "shop.charge" in table.stdout and "4 dead letter(s)" in table.stdout
 
 
 def test_dlq_show_has_body_headers_history_and_traceback(dead_sqlite):
-    _, _, url = dead_sqlite
-    out = _cli("dlq", "show", "--broker", url, "--task", "shop.charge", "--json")
+    _, _, where = dead_sqlite
+    out = _cli("dlq", "show", *where, "--task", "shop.charge", "--json")
     entries = json.loads(out.stdout)
     first = next(e for e in entries if e["envelope"]["args"] == [1])
     assert first["envelope"]["headers"] == {"trace": "abc"}
     [attempt] = first["envelope"]["history"]
     assert attempt["outcome"] == "failed" and "ValueError" in attempt["error"]
     assert "Traceback" in attempt["traceback"]
-    text = _cli("dlq", "show", "--broker", url, "--reason", "decode_error").stdout
+    text = _cli("dlq", "show", *where, "--reason", "decode_error").stdout
     assert "not an envelope" in text
 
 
 def test_dlq_replay_republishes_exactly_once(dead_sqlite):
-    _, adapter, url = dead_sqlite
-    out = _cli("dlq", "replay", "--broker", url, "--task", "shop.mail")
+    _, adapter, where = dead_sqlite
+    out = _cli("dlq", "replay", *where, "--task", "shop.mail")
     assert out.returncode == 0 and "replayed 1" in out.stdout
-    again = _cli("dlq", "replay", "--broker", url, "--task", "shop.mail")
+    again = _cli("dlq", "replay", *where, "--task", "shop.mail")
     assert "nothing to replay" in again.stdout
     assert adapter.stats("default").ready == 1
-    refuse = _cli("dlq", "replay", "--broker", url)
+    refuse = _cli("dlq", "replay", *where)
     assert refuse.returncode == 2 and "or --all" in refuse.stderr
 
 
 def test_dlq_purge_asks_for_confirmation(dead_sqlite):
-    _, adapter, url = dead_sqlite
-    no = _cli("dlq", "purge", "--broker", url, "--reason", "failed")
+    _, adapter, where = dead_sqlite
+    no = _cli("dlq", "purge", *where, "--reason", "failed")
     assert no.returncode == 2 and "confirm with --yes" in no.stderr
     assert adapter.stats("default").dead == 4
-    yes = _cli("dlq", "purge", "--broker", url, "--reason", "failed", "--yes")
+    yes = _cli("dlq", "purge", *where, "--reason", "failed", "--yes")
     assert yes.returncode == 0 and "deleted 3" in yes.stdout
     assert [d.message_id for d in adapter.dead_letters("default")] == ["garbage-1"]
