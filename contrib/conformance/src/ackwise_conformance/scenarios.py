@@ -725,7 +725,12 @@ def c22(h: Harness) -> None:
     h.history().expect_broker_settled(dead=0)
     if h.mode is not ROL or not h.multi_process:
         return
-    # The first execution is killed mid-run; the requeued delivery takes the key over.
+    # The first execution is killed mid-run; the requeued delivery takes the key over.  The
+    # first half's threads workers stop first: the victim must run in a prefork child (a
+    # threads worker would take it half the time, and killing "the executor" would kill it).
+    for w in list(h.workers):
+        w.terminate()
+        w.wait(h.patience)
     key2 = {"idempotency_key": f"order-{uuid.uuid4().hex[:8]}"}
     h.worker(pool="prefork", concurrency=1)
     h.publish(["victim"], {"gate": "victim"}, headers=key2)
