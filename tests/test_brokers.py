@@ -254,7 +254,7 @@ def test_a_private_rabbitmq_node_starts_restarts_and_stops(started: Any) -> None
     handle = started("rabbitmq")
     print(f"rabbitmq started in {time.monotonic() - t0:.1f}s")
     assert handle.port not in (5672, 25672)
-    assert handle.url == f"amqp://guest:guest@{handle.host}:{handle.port}/%2F"
+    assert handle.url.startswith(f"amqp://guest:guest@{handle.host}:{handle.port}/%2F")
 
     def amqp_answers() -> bool:
         with socket.create_connection((handle.host, handle.port), timeout=5) as sock:
