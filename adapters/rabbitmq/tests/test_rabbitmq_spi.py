@@ -11,11 +11,6 @@ from ackwise_conformance import AdapterConformance
 
 
 class TestRabbitMQAdapterConformance(AdapterConformance):
-    no_oldest_age = (
-        "AMQP has no way to look at a quorum queue's head without delivering it (which counts "
-        "as a delivery), and the management API gives no head timestamp for quorum queues"
-    )
-
     @pytest.fixture
     def adapter_factory(self, rabbitmq_url: str) -> Callable[[], Adapter]:
         return lambda: open_adapter(rabbitmq_url)

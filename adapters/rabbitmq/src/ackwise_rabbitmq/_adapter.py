@@ -176,6 +176,9 @@ class RabbitMQAdapter(Adapter):
         native_dead_letter=True,
         max_message_size=MAX_MESSAGE_SIZE,
         multi_process=True,
+        # AMQP cannot look at a quorum queue's head without delivering it (a delivery
+        # counts), and the management API gives quorum queues no head timestamp.
+        oldest_age=False,
     )
 
     def __init__(self, url: BrokerURL) -> None:
