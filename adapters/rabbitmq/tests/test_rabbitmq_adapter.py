@@ -112,9 +112,10 @@ def test_worker_returns_prefetched_messages_at_once_on_sigterm(rabbitmq_url: str
     observer = _adapter(rabbitmq_url)
     worker = InProcessWorker(app, queues=[queue], concurrency=1, prefetch=10)
     try:
-        worker.start()
+        # Published first: the worker's first receive takes all ten (one runs, nine wait).
         for _ in range(10):
             slow.delay()
+        worker.start()
         eventually(lambda: observer.stats(queue).ready == 0, 15.0, description="prefetched")
         worker.worker.request_stop()
         eventually(lambda: observer.stats(queue).ready == 9, 2.0, description="returned")
