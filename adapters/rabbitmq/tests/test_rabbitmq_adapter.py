@@ -14,6 +14,7 @@ from ackwise.errors import QueueNotFound, StaleReceipt, TransientAdapterError
 from ackwise.testing import InProcessWorker
 from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
 from ackwise_conformance.helpers import eventually
+from ackwise_conformance.proxy import FaultProxy
 from ackwise_rabbitmq import RabbitMQAdapter
 
 
@@ -97,6 +98,40 @@ def test_unroutable_publish_raises_and_stores_nothing(rabbitmq_url: str) -> None
         adapter.ack([d])
     finally:
         adapter.close()
+
+
+def test_an_early_ack_that_the_broker_did_not_answer_is_stale_not_done(
+    rabbitmq_broker: BrokerHandle,
+) -> None:
+    """``basic.ack`` has no answer: an early ack must wait for a later one on its channel.
+
+    Through a fault proxy that swallows every byte, a fire-and-forget ack would return as if
+    done while the broker never saw it (and would deliver the message again after the cut):
+    an at-most-once task would then run twice.  ``ack_before_start`` must report it stale.
+    """
+    queue = _queue()
+    observer = _adapter(rabbitmq_broker.url)
+    try:
+        observer.declare(QueueSpec(queue))
+        observer.publish(queue, [Outgoing("early", b"x")])
+        with FaultProxy(rabbitmq_broker.host, rabbitmq_broker.port).start() as proxy:
+            adapter = _adapter(with_options(rabbitmq_broker.url_via(*proxy.address), heartbeat=2))
+            try:
+                (d,) = adapter.receive(queue, max_messages=1, wait=10.0, lease=5.0)
+                proxy.blackhole(3.0)
+                with pytest.raises(StaleReceipt):
+                    adapter.ack_before_start([d])
+            finally:
+                adapter.close()
+        # The ack never reached the broker: the message is there again (the worker did not run
+        # it, so it runs once).
+        (again,) = observer.receive(queue, max_messages=1, wait=10.0, lease=5.0)
+        assert again.message_id == "early"
+        observer.ack_before_start([again])
+        assert observer.stats(queue).ready == 0
+    finally:
+        observer.purge(queue)
+        observer.close()
 
 
 def test_worker_returns_prefetched_messages_at_once_on_sigterm(rabbitmq_url: str) -> None:

@@ -275,6 +275,18 @@ class Adapter(abc.ABC):
     def ack(self, deliveries: Sequence[Delivery]) -> None:
         """Remove the messages for good.  Stale receipts: see :class:`StaleReceipt`."""
 
+    def ack_before_start(self, deliveries: Sequence[Delivery]) -> None:
+        """Ack the messages of tasks about to start (``Ack.EARLY``): at most once.
+
+        Returns only once the broker has recorded the acks, so that no broker restart or cut
+        connection after it returns can deliver them again; raises :class:`StaleReceipt` for
+        those it cannot vouch for (the worker then does not run them).  The worker's capacity
+        does not grow: the tasks still run.  The default calls :meth:`ack`, right for any
+        adapter whose ``ack`` waits for the broker's answer; an adapter whose acks are
+        fire-and-forget (AMQP's ``basic.ack``) adds a round trip here.
+        """
+        self.ack(deliveries)
+
     @abc.abstractmethod
     def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
         """Return the message to its queue, ready after ``delay`` seconds.  Never drops it."""

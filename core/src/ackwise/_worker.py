@@ -572,7 +572,7 @@ class Worker:
         if early:
             # At most once: the broker forgets the message before the body starts.
             try:
-                self.adapter.ack(early)
+                self.adapter.ack_before_start(early)
             except StaleReceipt as exc:
                 stale_ids = {id(d) for d in exc.deliveries}
                 self._report_stale(exc, "early ack")

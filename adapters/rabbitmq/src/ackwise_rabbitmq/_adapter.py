@@ -784,6 +784,31 @@ class RabbitMQAdapter(Adapter):
 
         self._settle(valid, stale, run, "ack")
 
+    def ack_before_start(self, deliveries: Sequence[Delivery]) -> None:
+        """Ack, then wait for the broker to have taken the acks in (``Ack.EARLY``).
+
+        ``basic.ack`` has no answer: an ack still in the socket when the broker stops or the
+        connection breaks is lost, and the message is delivered again, which an at-most-once
+        task must never see.  So a synchronous method follows on the same channel: the
+        broker handles a channel's frames in order, so its answer means every ack before it
+        reached the channel and was passed on to the queue.  If the answer does not come
+        the acks are reported stale and the worker does not start those tasks (at worst one
+        is lost, never run twice).
+        """
+        if not deliveries:
+            return
+        valid, stale = self._claim(deliveries)
+
+        def run() -> None:
+            self._check_live()
+            ch = self._consume_ch
+            assert ch is not None
+            for d in valid:
+                ch._impl.basic_ack(d.receipt.tag)
+            ch.basic_qos(prefetch_count=self._qos)  # the barrier: same value, no change
+
+        self._settle(valid, stale, run, "ack")
+
     def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
         # Connection-based leases: a delivery is held while the connection lives (the I/O
         # thread keeps it alive), so there is nothing to move; stale receipts still raise.
