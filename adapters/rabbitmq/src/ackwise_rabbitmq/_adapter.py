@@ -7,12 +7,16 @@ CPU-bound task runs in the worker's executor.  The worker's consumer thread call
 every pika call is handed to the I/O thread (a command queue woken by
 ``add_callback_threadsafe``).
 
-**Receiving** takes exactly what the caller asks for: ``basic.get`` while messages are ready,
-and, when none is and the caller may wait, a prefetch-1 consumer that the broker pushes the
-next message to (no polling), cancelled once it holds it.  No window of prefetched messages
-sits in the adapter: a busy worker (an early-acked task frees a ``basic.qos`` slot) never
-hides messages from an idle one, and at a graceful stop the worker's own buffer is all there
-is to return.
+**Receiving**: the first ``receive`` of a queue starts a consumer (``basic.consume``) whose
+window (``basic.qos``, per consumer) is what the worker asked for; the broker pushes into an
+inbox on the I/O thread and ``receive`` takes from it without a round trip.  A late ack frees
+a slot just as the finished task frees room in the worker, so the window tracks the worker's
+prefetch budget.  An early ack would free a slot while its task still runs, so
+:meth:`RabbitMQAdapter.ack_before_start` cancels the consumer first (the next ``receive``
+starts one with the room left): a busy worker never hides messages from an idle one.  At a
+graceful stop, :meth:`RabbitMQAdapter.stop_receiving` cancels the consumers and rejects what
+the inbox holds back to the queue at once.  A worker reading several queues has a window per
+queue.
 
 **Topology** of a queue ``q`` (``p`` is the URL's ``prefix``, default ``ackwise``)::
 
@@ -64,9 +68,9 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pika
@@ -125,6 +129,8 @@ class Receipt:
 
     generation: int
     tag: int
+    #: The consumer it came through (its window is freed when the delivery is settled).
+    consumer: _Consumer | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -135,6 +141,16 @@ class _Raw:
     properties: Any
     body: bytes
     redelivered: bool
+    consumer: _Consumer
+
+
+@dataclass(slots=True, eq=False)
+class _Consumer:
+    """One ``basic.consume`` of a queue: its window and how much of it is in use."""
+
+    tag: str
+    credit: int
+    outstanding: int = 0  # pushed and not settled (in the inbox or handed out)
 
 
 class _Call:
@@ -156,6 +172,10 @@ class _ConnectionLost(Exception):
 
 
 def _noop() -> None:
+    pass
+
+
+def _noop_frame(_frame: Any) -> None:
     pass
 
 
@@ -193,6 +213,9 @@ class RabbitMQAdapter(Adapter):
         self._closing = False
         self._failure: AdapterError | None = None
         self._unacked: dict[int, str] = {}  # delivery tag -> queue, of this generation
+        # Pushed by a consumer, not yet taken by ``receive`` (guarded by ``_lock``):
+        self._inbox: dict[str, collections.deque[_Raw]] = {}
+        self._consumers: dict[str, _Consumer] = {}  # queue -> its consumer, this generation
         self._declared: set[str] = set()
         self._user_closed = False
         # Owned by the I/O thread:
@@ -294,6 +317,8 @@ class RabbitMQAdapter(Adapter):
             self._alive = True
             self._failure = None
             self._unacked.clear()
+            self._inbox.clear()
+            self._consumers.clear()
         ready.set()
         error: BaseException | None = None
         try:
@@ -320,6 +345,8 @@ class RabbitMQAdapter(Adapter):
             self._alive = False
             self._failure = failure
             self._unacked.clear()
+            self._inbox.clear()  # unacked at the broker: closing the connection requeues them
+            self._consumers.clear()
             calls = list(self._calls)
             self._calls.clear()
             self._lock.notify_all()
@@ -629,77 +656,135 @@ class RabbitMQAdapter(Adapter):
         if max_messages <= 0:
             return []
         self._ensure_open()
-        raws = self._call(lambda: self._get(queue, max_messages))
-        if not raws and wait > 0:
-            raws = self._call(lambda: self._wait_one(queue, wait), timeout=wait)
-            if raws and max_messages > 1:
-                raws += self._call(lambda: self._get(queue, max_messages - 1))
+        raws = self._take(queue, max_messages)
+        if not raws:
+            with self._lock:
+                c = self._consumers.get(queue)
+                # A full window with nothing pushed: the caller holds every delivery it let
+                # through and asks for more (no worker does; a worker with acks still to send
+                # polls with wait=0 and finds the window open again shortly).
+                stuck = c is not None and c.outstanding >= c.credit and wait > 0
+            if c is None or stuck:
+                self._call(lambda: self._start_consumer(queue, max_messages))
+            if wait > 0:
+                deadline = time.monotonic() + wait
+                with self._lock:
+                    while not self._inbox.get(queue) and self._alive:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        self._lock.wait(remaining)
+                self._ensure_open()
+            raws = self._take(queue, max_messages)
         now = time.time()
-        out: list[Delivery] = []
+        return [self._delivery(raw, now + lease) for raw in raws]
+
+    def _take(self, queue: str, n: int) -> list[_Raw]:
+        """Hand over up to ``n`` pushed messages: from here on they are the caller's."""
         with self._lock:
-            for raw in raws:
+            inbox = self._inbox.get(queue)
+            if not inbox:
+                return []
+            out: list[_Raw] = []
+            while inbox and len(out) < n:
+                raw = inbox.popleft()
                 if raw.generation != self._generation:
                     continue  # the connection went meanwhile: the broker requeued it
                 self._unacked[raw.tag] = queue
-                out.append(self._delivery(raw, now + lease))
-        return out
+                out.append(raw)
+            return out
 
-    def _get(self, queue: str, n: int) -> list[_Raw]:
-        """Take up to ``n`` ready messages with ``basic.get`` (I/O thread).
+    def _start_consumer(self, queue: str, credit: int) -> None:
+        """Consume ``queue`` with a window of ``credit`` unacked messages (I/O thread).
 
-        Pulling exactly what the caller asked for keeps the rest ready for other consumers:
-        a ``basic.consume`` window would keep pulling while the caller is busy (an early-acked
-        task frees its prefetch slot), hiding messages from idle workers.
+        The broker pushes while fewer than ``credit`` of this consumer's deliveries are
+        unsettled; a late ack frees its slot just as the task that ends frees room in the
+        worker, so the window follows the worker's own prefetch budget.  (An early ack frees
+        a slot while the task still runs: :meth:`ack_before_start` stops the consumer first.)
+        A consumer whose window is full while nothing waits in the inbox is replaced by one
+        with a window of its own (RabbitMQ applies ``basic.qos`` to new consumers only).
         """
-        ch = self._consume_ch
-        assert ch is not None
-        out: list[_Raw] = []
-        generation = self._generation
-        while len(out) < n:
-            method, props, body = ch.basic_get(queue, auto_ack=False)
-            if method is None:
-                break
-            out.append(
-                _Raw(generation, queue, method.delivery_tag, props, body, method.redelivered)
-            )
-        return out
-
-    def _wait_one(self, queue: str, wait: float) -> list[_Raw]:
-        """Wait up to ``wait`` seconds for one message, pushed by a prefetch-1 consumer.
-
-        Once it holds its one unacknowledged message the consumer has no credit left, so
-        cancelling it returns nothing (an in-transit delivery would be requeued, counting as a
-        delivery on a quorum queue).  Heartbeats flow meanwhile: this is the I/O loop.
-        """
+        with self._lock:
+            old = self._consumers.get(queue)
+            if old is not None and (old.outstanding < old.credit or self._inbox.get(queue)):
+                return  # still open, or a push came meanwhile
+        self._check_live()
         ch = self._consume_ch
         conn = self._conn
         assert ch is not None and conn is not None
+        if old is not None:
+            self._cancel_consumers([queue])
+        if self._qos != credit:
+            ch.basic_qos(prefetch_count=credit)  # per consumer: applies to the next one
+            self._qos = credit
         generation = self._generation
-        got: list[_Raw] = []
+        consumer = _Consumer("", credit)
+        with self._lock:
+            inbox = self._inbox.setdefault(queue, collections.deque())
 
+        # pika's channel calls this from the I/O loop as each delivery's frames arrive.
         def on_message(_ch: Any, method: Any, props: Any, body: bytes) -> None:
-            got.append(
-                _Raw(generation, queue, method.delivery_tag, props, body, method.redelivered)
+            raw = _Raw(
+                generation, queue, method.delivery_tag, props, body, method.redelivered, consumer
             )
+            with self._lock:
+                consumer.outstanding += 1
+                inbox.append(raw)
+                self._lock.notify_all()
 
-        if self._qos != 1:
-            ch.basic_qos(prefetch_count=1)
-            self._qos = 1
-        tag = ch.basic_consume(queue, on_message, auto_ack=False)
-        deadline = time.monotonic() + wait
-        try:
-            # Dispatches the consumer's delivery (and answers heartbeats) as it comes.
-            while not got and self._consume_closed is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                conn.process_data_events(time_limit=remaining)
-        finally:
-            if ch.is_open:
-                ch.basic_cancel(tag)
+        # The channel's own consume-ok slot, as BlockingChannel.basic_consume uses it; the
+        # consumer itself is the impl's, so that its deliveries come straight to the inbox
+        # and a cancel can keep the ones in transit (see _cancel_consumers).
+        with ch._basic_consume_ok_result as ok:
+            consumer.tag = ch._impl.basic_consume(queue, on_message, auto_ack=False)
+            ch._flush_output(ok.is_ready)
         if self._consume_closed is not None:
             raise _ConnectionLost(self._consume_closed)
-        return got
+        with self._lock:
+            self._consumers[queue] = consumer
+
+    def _cancel_consumers(self, queues: Iterable[str]) -> None:
+        """Send ``basic.cancel`` for the consumers of ``queues`` (I/O thread, no wait).
+
+        The next synchronous method on the channel returns after every cancel-ok.  Messages
+        the broker pushed before it took a cancel in still arrive and go to the inbox like
+        any other: they were asked for (pika's own cancel would reject them back to the
+        queue, which counts as a delivery on a quorum queue).
+        """
+        ch = self._consume_ch
+        assert ch is not None
+        for queue in list(queues):
+            with self._lock:
+                consumer = self._consumers.pop(queue, None)
+            if consumer is None:
+                continue
+            ch._impl.basic_cancel(consumer.tag, callback=_noop_frame)
+            ch._impl._cancelled.discard(consumer.tag)  # keep its in-transit deliveries
+
+    def stop_receiving(self) -> None:
+        """Cancel every consumer and give back at once what they pushed and no one took."""
+        with self._lock:
+            if not self._alive or (not self._consumers and not any(self._inbox.values())):
+                return
+
+        def run() -> None:
+            ch = self._consume_ch
+            assert ch is not None
+            self._cancel_consumers(list(self._consumers))
+            ch.basic_qos(prefetch_count=self._qos)  # every cancel-ok has come before this
+            with self._lock:
+                raws = [raw for inbox in self._inbox.values() for raw in inbox]
+                self._inbox.clear()
+            for raw in raws:
+                if raw.generation == self._generation:
+                    ch._impl.basic_reject(raw.tag, requeue=True)
+            ch.basic_qos(prefetch_count=self._qos)  # they are back before this returns
+
+        try:
+            self._call(run)
+        except TransientAdapterError as exc:
+            # The connection is gone: the broker has requeued everything it held for us.
+            log.warning("returning prefetched messages failed, the connection is gone: %s", exc)
 
     def _delivery(self, raw: _Raw, deadline: float) -> Delivery:
         props = raw.properties
@@ -714,7 +799,7 @@ class RabbitMQAdapter(Adapter):
             queue=raw.queue,
             message_id=str(props.message_id or ""),
             body=raw.body,
-            receipt=Receipt(raw.generation, raw.tag),
+            receipt=Receipt(raw.generation, raw.tag, raw.consumer),
             attempt=attempt,
             lease_deadline=deadline,
         )
@@ -734,6 +819,8 @@ class RabbitMQAdapter(Adapter):
                     and r.tag in self._unacked
                 ):
                     del self._unacked[r.tag]
+                    if r.consumer is not None:
+                        r.consumer.outstanding -= 1
                     valid.append(d)
                 else:
                     stale.append(d)
@@ -742,8 +829,11 @@ class RabbitMQAdapter(Adapter):
     def _unclaim(self, deliveries: Sequence[Delivery]) -> None:
         with self._lock:
             for d in deliveries:
-                if d.receipt.generation == self._generation and self._alive:
-                    self._unacked[d.receipt.tag] = d.queue
+                r = d.receipt
+                if r.generation == self._generation and self._alive:
+                    self._unacked[r.tag] = d.queue
+                    if r.consumer is not None:
+                        r.consumer.outstanding += 1
 
     def _settle(
         self, valid: list[Delivery], stale: list[Delivery], fn: Callable[[], None], operation: str
@@ -803,9 +893,13 @@ class RabbitMQAdapter(Adapter):
             self._check_live()
             ch = self._consume_ch
             assert ch is not None
+            # Stop the consumer before the acks free its slots (the tasks still run, so the
+            # worker has no more room): the broker handles the cancel first.
+            self._cancel_consumers({d.queue for d in valid})
             for d in valid:
                 ch._impl.basic_ack(d.receipt.tag)
-            ch.basic_qos(prefetch_count=self._qos)  # the barrier: same value, no change
+            # The barrier: same value, no change; the cancel-oks come before its answer.
+            ch.basic_qos(prefetch_count=self._qos)
 
         self._settle(valid, stale, run, "ack")
 
@@ -897,6 +991,10 @@ class RabbitMQAdapter(Adapter):
         ready, delayed, dead = self._call(lambda: self._counts(queue))
         with self._lock:
             mine = sum(1 for q in self._unacked.values() if q == queue)
+            # Pushed to this adapter's consumer but handed to no one: ready as far as ackwise
+            # is concerned (they go back to the queue at a graceful stop); the broker, and
+            # so any other process, counts them unacknowledged.
+            pushed = len(self._inbox.get(queue, ()))
         info = None
         if self.settings.management:
             # Totals at least as new as this call began (see the URL's management_lag).
@@ -909,10 +1007,10 @@ class RabbitMQAdapter(Adapter):
             # flight", never towards "settled".
             unacked = int(info.get("messages_unacknowledged") or 0)
             total = int(info.get("messages") or 0)
-            in_flight = max(unacked, total - ready, mine)
+            in_flight = max(unacked - pushed, total - ready - pushed, mine)
         else:
             in_flight = mine
-        return QueueStats(queue, ready, delayed, max(0, in_flight), dead, 0.0)
+        return QueueStats(queue, ready + pushed, delayed, max(0, in_flight), dead, 0.0)
 
     def _queue_totals(self, queue: str) -> dict[str, Any] | None:
         """The queue's live totals from the management API (not its sampled statistics)."""
