@@ -340,6 +340,9 @@ class Worker:
         # Successful late acks wait up to ACK_DELAY (or ACK_BATCH of them) to share one broker
         # call; a crash in that window redelivers them, which at-least-once allows.
         ack_due = 0.0
+        # Unsent acks still hold their slots in a broker's window (RabbitMQ's basic.qos):
+        # send them once they hold half the prefetch budget, so the window never runs dry.
+        ack_batch = max(1, min(ACK_BATCH, cfg.prefetch // 2))
         failing_since = 0.0
         while True:
             try:
@@ -383,7 +386,7 @@ class Worker:
                 if self._hard_limits and self._running:
                     hard_deadline = self._enforce_time_limits(executor)
                 if acks and (
-                    len(acks) >= ACK_BATCH
+                    len(acks) >= ack_batch
                     or now >= ack_due
                     or not self._running
                     or self._stop_requested

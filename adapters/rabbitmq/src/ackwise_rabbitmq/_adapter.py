@@ -121,6 +121,9 @@ H_ATTEMPT = "x-ackwise-attempt"
 
 #: How long a call waits for the I/O thread beyond its own timeouts.
 _CALL_SLACK = 30.0
+#: A late ack is posted without waiting while the I/O loop turned this recently (seconds; the
+#: loop turns at least every 0.5 s).
+_FRESH_LOOP = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +157,11 @@ class _Consumer:
 
 
 class _Call:
-    __slots__ = ("done", "error", "fn", "result")
+    __slots__ = ("detached", "done", "error", "fn", "result")
 
-    def __init__(self, fn: Callable[[], Any]) -> None:
+    def __init__(self, fn: Callable[[], Any], *, detached: bool = False) -> None:
         self.fn = fn
+        self.detached = detached  # nobody waits for it: its error is logged
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -225,6 +229,7 @@ class RabbitMQAdapter(Adapter):
         self._consume_closed: str | None = None
         self._qos = 0
         self._seq = 0
+        self._last_turn = 0.0  # when the I/O loop last took in what the socket held
         self._unconfirmed: set[int] = set()
         self._nacked: set[int] = set()
         self._returned: list[tuple[str, str]] = []
@@ -324,6 +329,7 @@ class RabbitMQAdapter(Adapter):
         try:
             while not self._closing:
                 conn.process_data_events(time_limit=0.5)
+                self._last_turn = time.monotonic()
                 self._run_calls()
                 if self._consume_closed is not None:
                     raise _ConnectionLost(self._consume_closed)
@@ -370,11 +376,31 @@ class RabbitMQAdapter(Adapter):
                 call.result = call.fn()
             except BaseException as exc:
                 call.error = exc
+                if call.detached:
+                    log.warning("RabbitMQ: a posted operation failed: %r", exc)
                 conn = self._conn
                 if conn is None or not conn.is_open or isinstance(exc, _ConnectionLost):
                     call.done.set()
                     raise
             call.done.set()
+
+    def _post(self, fn: Callable[[], None]) -> None:
+        """Hand ``fn`` to the I/O thread and return at once (its errors are logged)."""
+        call = _Call(fn, detached=True)
+        with self._lock:
+            if not self._alive:
+                raise self._failure or BrokerUnavailable(
+                    f"{self.settings.where}: the adapter is not open"
+                )
+            wake = not self._calls  # else a wake-up is on its way already
+            self._calls.append(call)
+            conn = self._conn
+        if wake:
+            assert conn is not None
+            try:
+                conn.add_callback_threadsafe(_noop)
+            except Exception as exc:
+                raise BrokerUnavailable(f"{self.settings.where}: connection closed") from exc
 
     def _call(self, fn: Callable[[], T], timeout: float | None = None) -> T:
         """Run ``fn`` on the I/O thread and return its result (errors mapped).
@@ -859,7 +885,34 @@ class RabbitMQAdapter(Adapter):
             raise _ConnectionLost(self._consume_closed)
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Late acks: posted to the I/O thread without waiting for it (``basic.ack`` has no
+        answer to wait for anyway; a lost one is a redelivery, which at-least-once allows).
+
+        When the I/O loop has not turned for a while (this process was paused, say), the
+        connection may be gone without the adapter knowing: then the ack waits for the I/O
+        thread to look first, so that a stale receipt is reported as such.
+        """
         if not deliveries:
+            return
+        if time.monotonic() - self._last_turn < _FRESH_LOOP:
+            valid, stale = self._claim(deliveries)
+            if valid:
+                generation = valid[0].receipt.generation
+                tags = [d.receipt.tag for d in valid]
+
+                def post() -> None:
+                    ch = self._consume_ch
+                    if generation != self._generation or ch is None or not ch.is_open:
+                        return  # that connection is gone: the broker requeued them
+                    for tag in tags:
+                        ch._impl.basic_ack(tag)
+
+                try:
+                    self._post(post)
+                except TransientAdapterError:
+                    stale = [*stale, *valid]
+            if stale:
+                raise StaleReceipt(stale, "ack")
             return
         valid, stale = self._claim(deliveries)
 
