@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ackwise._plugins import get_plugins
-from ackwise._spi import QueueStats, redact_url
+from ackwise._spi import Adapter, QueueStats, redact_url
 from ackwise.errors import AckwiseError, UnsupportedCapability
 
 log = logging.getLogger("ackwise")
@@ -135,20 +135,25 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return worker.run()
 
 
+def queues_or_all(adapter: Adapter, broker: str, queues: list[str]) -> list[str]:
+    """``queues`` if any were named, else every queue the broker knows (or a clear error)."""
+    if queues:
+        return queues
+    try:
+        return list(adapter.queues())
+    except UnsupportedCapability:
+        raise AckwiseError(
+            f"the broker {redact_url(broker)} cannot list its queues; name them with -Q"
+        ) from None
+
+
 def _stats_rows(broker: str, queues: list[str]) -> list[QueueStats]:
     from ackwise._plugins import open_adapter
 
     adapter = open_adapter(broker)
     adapter.open()
     try:
-        if not queues:
-            try:
-                queues = list(adapter.queues())
-            except UnsupportedCapability:
-                raise AckwiseError(
-                    f"the broker {redact_url(broker)} cannot list its queues; name them with -Q"
-                ) from None
-        return [adapter.stats(q) for q in queues]
+        return [adapter.stats(q) for q in queues_or_all(adapter, broker, queues)]
     finally:
         adapter.close()
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackwise import _envelope
-from ackwise._spi import Adapter, DeadLetter, redact_url
-from ackwise.errors import AckwiseError, EnvelopeError, UnsupportedCapability
+from ackwise._spi import Adapter, DeadLetter
+from ackwise.errors import AckwiseError, EnvelopeError
 
 #: How many dead letters per queue one command looks at.
 SCAN_LIMIT = 100_000
@@ -151,20 +151,14 @@ def _has_filter(args: argparse.Namespace) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ackwise._cli import resolve_broker, table
+    from ackwise._cli import queues_or_all, resolve_broker, table
     from ackwise._plugins import open_adapter
 
     broker, queues = resolve_broker(args)
     adapter = open_adapter(broker)
     adapter.open()
     try:
-        if not queues:
-            try:
-                queues = list(adapter.queues())
-            except UnsupportedCapability:
-                raise AckwiseError(
-                    f"the broker {redact_url(broker)} cannot list its queues; name them with -Q"
-                ) from None
+        queues = queues_or_all(adapter, broker, queues)
         action = args.dlq_action
         if action in ("replay", "purge") and not (_has_filter(args) or args.all):
             raise AckwiseError(
