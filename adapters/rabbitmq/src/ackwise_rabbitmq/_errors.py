@@ -23,8 +23,7 @@ never the credentials.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import pika.exceptions as px
 
@@ -32,9 +31,13 @@ from ackwise.errors import (
     AdapterError,
     AuthenticationFailed,
     BrokerUnavailable,
+    ErrorTable,
     PermanentAdapterError,
     QueueNotFound,
     TransientAdapterError,
+    from_table,
+    mapping_errors,
+    redact,
 )
 
 __all__ = ["ERROR_MAP", "map_pika_errors", "translate_pika_error"]
@@ -47,7 +50,7 @@ _T, _U, _A, _P = (
 )
 
 #: pika exception class -> (ackwise class, what it means here).
-ERROR_MAP: dict[type[BaseException], tuple[type[AdapterError], str]] = {
+ERROR_MAP: ErrorTable = {
     px.AMQPError: (_P, "AMQP error"),
     px.AMQPConnectionError: (_U, "cannot reach RabbitMQ"),
     px.ConnectionOpenAborted: (_U, "the connection attempt was aborted"),
@@ -105,9 +108,7 @@ def translate_pika_error(
     exc: BaseException, where: str = "RabbitMQ", secret: str | None = None
 ) -> AdapterError:
     """Return the :mod:`ackwise.errors` exception for a pika (or socket) error; not raised."""
-    detail = str(exc) or type(exc).__name__
-    if secret:
-        detail = detail.replace(secret, "***")
+    detail = redact(str(exc) or type(exc).__name__, secret)
     if isinstance(exc, OSError):
         return BrokerUnavailable(f"{where}: cannot reach RabbitMQ: {detail}")
     code, text = _reply(exc)
@@ -126,23 +127,14 @@ def translate_pika_error(
             return PermanentAdapterError(f"{where}: PRECONDITION_FAILED: {text or detail}")
         if code in (320, 541, 504, 505, 506):
             return BrokerUnavailable(f"{where}: {text or detail} ({code})")
-    for cls in type(exc).__mro__:
-        entry = ERROR_MAP.get(cls)
-        if entry is not None:
-            target, meaning = entry
-            return target(f"{where}: {meaning}: {detail} ({type(exc).__name__})")
-    return PermanentAdapterError(f"{where}: {type(exc).__name__}: {detail}")
+    return from_table(exc, ERROR_MAP, where, detail)
 
 
-@contextmanager
-def map_pika_errors(where: str = "RabbitMQ", secret: str | None = None) -> Iterator[None]:
+def map_pika_errors(
+    where: str = "RabbitMQ", secret: str | None = None
+) -> AbstractContextManager[None]:
     """Re-raise every pika error (and socket error) as an :mod:`ackwise.errors` one.
 
     Always ``from`` the driver's exception, so the cause stays in the traceback.
     """
-    try:
-        yield
-    except _CAUGHT as exc:
-        raise translate_pika_error(exc, where, secret) from exc
-    except OSError as exc:
-        raise translate_pika_error(exc, where, secret) from exc
+    return mapping_errors(translate_pika_error, _CAUGHT, where, secret)

@@ -20,8 +20,7 @@ messages: they name the broker by host, port and database only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import redis.exceptions as rx
 
@@ -29,8 +28,12 @@ from ackwise.errors import (
     AdapterError,
     AuthenticationFailed,
     BrokerUnavailable,
+    ErrorTable,
     PermanentAdapterError,
     TransientAdapterError,
+    from_table,
+    mapping_errors,
+    redact,
 )
 
 __all__ = ["ERROR_MAP", "map_redis_errors", "translate_redis_error"]
@@ -43,7 +46,7 @@ _T, _U, _A, _P = (
 )
 
 #: redis-py exception class -> (ackwise class, what it means here).
-ERROR_MAP: dict[type[BaseException], tuple[type[AdapterError], str]] = {
+ERROR_MAP: ErrorTable = {
     rx.RedisError: (_P, "Redis error"),
     rx.ConnectionError: (_U, "cannot reach Redis"),
     rx.BusyLoadingError: (_U, "Redis is loading its data set after a restart"),
@@ -108,10 +111,6 @@ _TRANSIENT_REPLIES = {
 _CAUGHT: tuple[type[BaseException], ...] = tuple(ERROR_MAP)
 
 
-def _scrub(text: str, secret: str | None) -> str:
-    return text.replace(secret, "***") if secret else text
-
-
 def translate_redis_error(
     exc: BaseException, where: str = "Redis", secret: str | None = None
 ) -> AdapterError:
@@ -120,31 +119,22 @@ def translate_redis_error(
     :param where: the broker, for the message (never with credentials).
     :param secret: a password to blank out should the driver ever echo it.
     """
-    detail = _scrub(str(exc) or type(exc).__name__, secret)
+    detail = redact(str(exc) or type(exc).__name__, secret)
     if isinstance(exc, OSError) and not isinstance(exc, rx.RedisError):
         return BrokerUnavailable(f"{where}: cannot reach Redis: {detail}")
-    for cls in type(exc).__mro__:
-        entry = ERROR_MAP.get(cls)
-        if entry is None:
-            continue
-        target, meaning = entry
-        if target is _P and isinstance(exc, rx.ResponseError):
-            code = detail.split(" ", 1)[0].upper()
-            if code in _TRANSIENT_REPLIES:
-                return TransientAdapterError(f"{where}: {_TRANSIENT_REPLIES[code]}: {detail}")
-        return target(f"{where}: {meaning}: {detail} ({type(exc).__name__})")
-    return PermanentAdapterError(f"{where}: {type(exc).__name__}: {detail}")
+    error = from_table(exc, ERROR_MAP, where, detail)
+    if type(error) is PermanentAdapterError and isinstance(exc, rx.ResponseError):
+        code = detail.split(" ", 1)[0].upper()
+        if code in _TRANSIENT_REPLIES:
+            return TransientAdapterError(f"{where}: {_TRANSIENT_REPLIES[code]}: {detail}")
+    return error
 
 
-@contextmanager
-def map_redis_errors(where: str = "Redis", secret: str | None = None) -> Iterator[None]:
+def map_redis_errors(
+    where: str = "Redis", secret: str | None = None
+) -> AbstractContextManager[None]:
     """Re-raise every redis-py error (and socket error) as an :mod:`ackwise.errors` one.
 
     Always ``from`` the driver's exception, so the cause stays in the traceback.
     """
-    try:
-        yield
-    except _CAUGHT as exc:
-        raise translate_redis_error(exc, where, secret) from exc
-    except OSError as exc:
-        raise translate_redis_error(exc, where, secret) from exc
+    return mapping_errors(translate_redis_error, _CAUGHT, where, secret)
