@@ -1,0 +1,110 @@
+"""The tasks of ``bench/rabbitmq.py``: one no-op task per system, all on one RabbitMQ node.
+
+Every worker imports this module (``PYTHONPATH=bench/rabbitbench``); the broker URL and the
+queue name come from ``$RABBIT_BENCH_URL`` and ``$RABBIT_BENCH_QUEUE``.  The task body is
+``record(sent)``, as in ``bench/redisbench/redis_tasks.py``: without ``sent`` it records the
+start time (drain cells); with ``sent`` (the producer's ``time.time()`` just before the enqueue
+call) the enqueue -> start latency; warm-up tasks pass ``sent=-1`` and are ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # startlog lives in bench/
+
+import startlog
+
+
+def _flush_in_forked_child() -> None:
+    # Celery's prefork pool and Dramatiq fork their worker processes: the startlog flusher
+    # thread of the parent does not survive fork(), so each child starts its own.
+    directory = os.environ.get("BENCH_STARTS_DIR")
+    if directory:
+        startlog.reset()
+        threading.Thread(
+            target=startlog._flusher, args=(directory,), name="bench-startlog", daemon=True
+        ).start()
+
+
+os.register_at_fork(after_in_child=_flush_in_forked_child)
+
+URL = os.environ.get("RABBIT_BENCH_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+QUEUE = os.environ.get("RABBIT_BENCH_QUEUE", "bench")
+_now = time.time
+_append = startlog.starts.append
+
+
+def record(sent: float = 0.0) -> None:
+    if sent == 0.0:
+        _append(_now())  # drain: the start time
+    elif sent > 0:
+        _append(_now() - sent)  # latency: enqueue -> start
+    else:
+        _append(-1.0)  # warm-up marker
+
+
+# -- ackwise (publisher confirms always on; quorum queue unless ?queue_type=classic) --------
+def make_ackwise_app(url: str = URL, queue: str = QUEUE):  # type: ignore[no-untyped-def]
+    import ackwise
+
+    app = ackwise.App("bench", broker=url)
+
+    @app.task(name="bench.noop", queue=queue)  # Ack.LATE, the default
+    def noop(sent: float = 0.0) -> None:
+        record(sent)
+
+    app.bench_noop = noop
+    return app
+
+
+# -- Celery (py-amqp transport; classic durable queue, its default) --------------------------
+def make_celery_app(url: str = URL, queue: str = QUEUE, confirm: bool = True):  # type: ignore[no-untyped-def]
+    from celery import Celery
+
+    app = Celery("bench", broker=url)
+    app.conf.update(
+        task_acks_late=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=queue,
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        # Not Celery's default (False): a publish waits for RabbitMQ's confirm, as ackwise's.
+        broker_transport_options={"confirm_publish": confirm},
+    )
+
+    @app.task(name="bench.noop")
+    def noop(sent: float = 0.0) -> None:
+        record(sent)
+
+    app.bench_noop = noop
+    return app
+
+
+# -- Dramatiq (RabbitmqBroker; classic durable queue) ---------------------------------------
+def make_dramatiq_broker(url: str = URL, queue: str = QUEUE, confirm: bool = True):  # type: ignore[no-untyped-def]
+    import dramatiq
+    from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+    # confirm_delivery is not Dramatiq's default (False): with it, send() waits for the confirm.
+    broker = RabbitmqBroker(url=url, confirm_delivery=confirm)
+    dramatiq.set_broker(broker)
+
+    @dramatiq.actor(actor_name="bench_noop", queue_name=queue, max_retries=0, broker=broker)
+    def noop(sent: float = 0.0) -> None:
+        record(sent)
+
+    broker.bench_noop = noop
+    return broker
+
+
+_SYSTEM = os.environ.get("RABBIT_BENCH_SYSTEM", "")
+# Only the system a worker runs is built (each CLI imports this module and takes one name).
+ackwise_app = make_ackwise_app() if _SYSTEM == "ackwise" else None
+celery_app = make_celery_app() if _SYSTEM == "celery" else None
+dramatiq_broker = make_dramatiq_broker() if _SYSTEM == "dramatiq" else None

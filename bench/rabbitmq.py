@@ -1,0 +1,702 @@
+"""RabbitMQ benchmark: ackwise vs Celery and Dramatiq (and a raw pika publish loop), in one run,
+on one private RabbitMQ node.  See ``bench/README.md`` for the method.
+
+    uv run --group bench python bench/rabbitmq.py [--runs 3] [--tasks 20000]
+                                                  [--out bench/results-rabbitmq.md] [--only PREFIXES]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR / "rabbitbench"))
+
+import argparse  # noqa: E402
+import copy  # noqa: E402
+import datetime as dt  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import shlex  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit  # noqa: E402
+
+import _common  # noqa: E402  (embedded.Drain, startlog, CPU sampling: the method of redis.py)
+import embedded  # noqa: E402
+import pika  # noqa: E402
+import rabbit_tasks  # noqa: E402
+from _common import Cell, Drain  # noqa: E402
+
+from ackwise_conformance.brokers import BrokerUnavailable, provide  # noqa: E402
+
+#: Enqueue cells stop after this many seconds even when not all tasks were sent.
+ENQUEUE_CAP = 5.0
+BATCH = 500
+SHARED_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+WORKER_ENV = {"PYTHONPATH": str(BENCH_DIR / "rabbitbench")}
+
+
+# -- the broker -----------------------------------------------------------------------------
+class Broker:
+    """A private RabbitMQ node on free ports; else the shared one on 5672 (unique queues).
+
+    Every cell uses queues of its own, deleted (with ackwise's, Celery's and Dramatiq's
+    auxiliary queues and exchanges) when the cell is over.
+    """
+
+    def __init__(self, tmp: Path) -> None:
+        self.pid: int | None = None
+        try:
+            self.handle: Any = provide("rabbitmq", tmp_dir=tmp)
+        except (BrokerUnavailable, OSError) as exc:
+            reason = exc.reason if isinstance(exc, BrokerUnavailable) else repr(exc)
+            print(f"no private RabbitMQ node ({reason}): using {SHARED_URL}", file=sys.stderr)
+            self.handle = None
+            self.url = SHARED_URL
+            self.where = (
+                "**the shared RabbitMQ on 127.0.0.1:5672** (a private node could not be "
+                f"started: {reason}); unique queue names, deleted after each cell; broker CPU "
+                "not measured"
+            )
+        else:
+            self.url = self.handle.url
+            # The node's process group (private nodes only): its CPU is sampled during drains.
+            proc = getattr(getattr(self.handle, "_server", None), "proc", None)
+            self.pid = proc.pid if proc is not None else None
+            if self.handle.source == "env":
+                self.where = (
+                    "the RabbitMQ of `$ACKWISE_TEST_RABBITMQ_URL` (queues deleted after each cell)"
+                )
+            else:
+                self.where = (
+                    f"a private node ({self.handle.source}) on a free port, started for the run "
+                    "(queues deleted after each cell)"
+                )
+        parts = urlsplit(self.url)
+        self.amqp = urlunsplit(parts._replace(query=""))  # for pika, kombu and Dramatiq
+        conn = self.connect()
+        version = conn._impl.server_properties.get("version", b"?")
+        self.version = version.decode() if isinstance(version, bytes) else str(version)
+        conn.close()
+
+    def connect(self) -> pika.BlockingConnection:
+        return pika.BlockingConnection(pika.URLParameters(self.amqp))
+
+    def ackwise_url(self, classic: bool = False) -> str:
+        if not classic:
+            return self.url
+        parts = urlsplit(self.url)
+        query = [*parse_qsl(parts.query), ("queue_type", "classic")]
+        return urlunsplit(parts._replace(query=urlencode(query, safe=":/")))
+
+    def ready(self, queue: str) -> int:
+        conn = self.connect()
+        try:
+            return int(conn.channel().queue_declare(queue, passive=True).method.message_count)
+        finally:
+            conn.close()
+
+    def left(self, queue: str, expected: int) -> int:
+        """Messages ready in ``queue`` once the stopped worker's unacked ones went back."""
+        deadline = time.monotonic() + 5
+        n = self.ready(queue)
+        while n != expected and time.monotonic() < deadline:
+            time.sleep(0.1)
+            n = self.ready(queue)
+        return n
+
+    def delete(self, queue: str) -> None:
+        """Delete ``queue`` and what ackwise, Celery and Dramatiq declared around it."""
+        queues = [queue, f"{queue}.DQ", f"{queue}.XQ", f"ackwise.{queue}.dead"]
+        queues += [f"ackwise.{queue}.wait.{k}" for k in range(32)]
+        exchanges = [queue, f"ackwise.{queue}.dlx", f"ackwise.{queue}.deliver"]
+        exchanges += [f"ackwise.{queue}.delay.{k}" for k in range(32)]
+        conn = self.connect()
+        try:
+            ch = conn.channel()
+            for q in queues:
+                ch.queue_delete(q)
+            for x in exchanges:
+                ch.exchange_delete(x)
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        if self.handle is not None:
+            self.handle.stop()
+
+
+def _cell_queue(kind: str) -> str:
+    return f"bench-{kind}-{uuid.uuid4().hex[:8]}"
+
+
+# -- enqueue --------------------------------------------------------------------------------
+_envelope: list[tuple[bytes, Any]] = []
+
+
+def _sample_envelope(b: Broker) -> tuple[bytes, Any]:
+    """The body and properties of one message ``delay()`` published (read back once)."""
+    if not _envelope:
+        queue = _cell_queue("sample")
+        app = rabbit_tasks.make_ackwise_app(b.url, queue)
+        app.bench_noop.delay()
+        app.close()
+        conn = b.connect()
+        ch = conn.channel()
+        method, props, body = ch.basic_get(queue, auto_ack=True)
+        conn.close()
+        b.delete(queue)
+        assert method is not None, "ackwise published nowhere"
+        _envelope.append((body, props))
+    return _envelope[0]
+
+
+def enq_pika(b: Broker, queue: str, tasks: int, queue_type: str) -> float:
+    """The floor: one pika ``basic_publish`` per message, each waiting for its confirm."""
+    body, sample = _sample_envelope(b)
+    props = pika.BasicProperties(
+        message_id=sample.message_id, delivery_mode=2, timestamp=sample.timestamp
+    )
+    conn = b.connect()
+    try:
+        ch = conn.channel()
+        ch.queue_declare(queue, durable=True, arguments={"x-queue-type": queue_type})
+        ch.confirm_delivery()
+        return _common.timed(
+            _common.hundred(lambda: ch.basic_publish("", queue, body, props, mandatory=True)),
+            tasks,
+            ENQUEUE_CAP,
+        )
+    finally:
+        conn.close()
+
+
+def enq_ackwise(url: str, queue: str, tasks: int, batch: int | None) -> float:
+    app = rabbit_tasks.make_ackwise_app(url, queue)
+    noop = app.bench_noop
+    noop.delay()  # connect and declare: not timed
+    try:
+        if batch is None:
+            return _common.timed(_common.hundred(noop.delay), tasks, ENQUEUE_CAP)
+
+        def many() -> int:
+            app.send_many([noop.s() for _ in range(batch)])
+            return batch
+
+        return _common.timed(many, tasks, ENQUEUE_CAP)
+    finally:
+        app.close()
+
+
+def enq_celery(url: str, queue: str, tasks: int, confirm: bool) -> float:
+    app = rabbit_tasks.make_celery_app(url, queue, confirm)
+    noop = app.bench_noop
+    noop.delay()
+    try:
+        return _common.timed(_common.hundred(noop.delay), tasks, ENQUEUE_CAP)
+    finally:
+        app.close()
+
+
+def enq_dramatiq(url: str, queue: str, tasks: int, confirm: bool) -> float:
+    broker = rabbit_tasks.make_dramatiq_broker(url, queue, confirm)
+    noop = broker.bench_noop
+    noop.send()
+    try:
+        return _common.timed(_common.hundred(noop.send), tasks, ENQUEUE_CAP)
+    finally:
+        broker.close()
+
+
+def enqueue(b: Broker, key: str, tasks: int) -> float:
+    queue = _cell_queue("enq")
+    try:
+        if key.startswith("enq-pika-"):
+            return enq_pika(b, queue, tasks, key.removeprefix("enq-pika-"))
+        if key.startswith("enq-ackwise"):
+            batch = BATCH if key == "enq-ackwise-batch" else None
+            return enq_ackwise(b.ackwise_url(key == "enq-ackwise-classic"), queue, tasks, batch)
+        confirm = not key.endswith("-noconfirm")
+        if key.startswith("enq-celery"):
+            return enq_celery(b.amqp, queue, tasks, confirm)
+        return enq_dramatiq(b.amqp, queue, tasks, confirm)
+    finally:
+        b.delete(queue)
+
+
+# -- prefill (not measured) -----------------------------------------------------------------
+def prefill_ackwise(b: Broker, url: str, queue: str, tasks: int) -> None:
+    app = rabbit_tasks.make_ackwise_app(url, queue)
+    for i in range(0, tasks, BATCH):
+        app.send_many([app.bench_noop.s() for _ in range(min(BATCH, tasks - i))])
+    app.close()
+
+
+def _copy_template(
+    b: Broker, queue: str, tasks: int, fresh: Callable[[bytes, Any], tuple[bytes, Any]]
+) -> None:
+    """Take the one message the system published and publish ``tasks`` fresh copies of it.
+
+    No confirms (the prefill is not measured); done when the queue holds all of them.
+    """
+    conn = b.connect()
+    try:
+        ch = conn.channel()
+        deadline = time.monotonic() + 10
+        while True:
+            method, props, body = ch.basic_get(queue, auto_ack=True)
+            if method is not None:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{queue}: the template message never arrived")
+            time.sleep(0.01)
+        for _ in range(tasks):
+            ch.basic_publish("", queue, *fresh(body, props))
+        while ch.queue_declare(queue, passive=True).method.message_count < tasks:
+            if time.monotonic() > deadline + 60:
+                raise RuntimeError(f"{queue}: the prefill did not arrive")
+            time.sleep(0.05)
+    finally:
+        conn.close()
+
+
+def prefill_celery(b: Broker, url: str, queue: str, tasks: int) -> None:
+    """Publish one task through Celery, then copy its message with fresh task ids."""
+    app = rabbit_tasks.make_celery_app(url, queue)
+    app.bench_noop.delay()
+    app.close()
+
+    def fresh(body: bytes, props: Any) -> tuple[bytes, Any]:
+        tid = str(uuid.uuid4())
+        p = copy.copy(props)
+        p.headers = {**props.headers, "id": tid, "root_id": tid}
+        p.correlation_id = tid
+        return body, p
+
+    _copy_template(b, queue, tasks, fresh)
+
+
+def prefill_dramatiq(b: Broker, url: str, queue: str, tasks: int) -> None:
+    """Publish one message through Dramatiq, then copy it with fresh message ids."""
+    broker = rabbit_tasks.make_dramatiq_broker(url, queue)
+    broker.bench_noop.send()
+    broker.close()
+
+    def fresh(body: bytes, props: Any) -> tuple[bytes, Any]:
+        m = json.loads(body)
+        m["message_id"] = str(uuid.uuid4())
+        return json.dumps(m, separators=(",", ":")).encode(), props
+
+    _copy_template(b, queue, tasks, fresh)
+
+
+PREFILL: dict[str, Callable[[Broker, str, str, int], None]] = {
+    "ackwise": prefill_ackwise,
+    "celery": prefill_celery,
+    "dramatiq": prefill_dramatiq,
+}
+
+
+# -- workers --------------------------------------------------------------------------------
+def worker_cmd(system: str, config: str, concurrency: int) -> list[str]:
+    py = sys.executable
+    if system == "ackwise":
+        return [
+            *(py, "-m", "ackwise", "--loglevel", "WARNING", "worker"),
+            *("rabbit_tasks:ackwise_app", "--pool", config, "-c", str(concurrency)),
+        ]
+    if system == "celery":
+        return [
+            *(py, "-m", "celery", "-A", "rabbit_tasks:celery_app", "worker", "-l", "WARNING"),
+            *("-P", config, "-c", str(concurrency), "--prefetch-multiplier", "1"),
+            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+        ]
+    if system == "dramatiq":
+        return [
+            *(py, "-m", "dramatiq", "rabbit_tasks:dramatiq_broker", "--processes", "1"),
+            *("--threads", str(concurrency), "--skip-logging"),
+        ]
+    raise ValueError(system)
+
+
+def start_worker(
+    system: str, config: str, concurrency: int, url: str, queue: str, cell: Path
+) -> _common.WorkerProc:
+    env = dict(WORKER_ENV)
+    env.update(RABBIT_BENCH_URL=url, RABBIT_BENCH_QUEUE=queue, RABBIT_BENCH_SYSTEM=system)
+    return _common.start_worker(worker_cmd(system, config, concurrency), env, cell)
+
+
+def _system_url(b: Broker, system: str, classic: bool) -> str:
+    return b.ackwise_url(classic) if system == "ackwise" else b.amqp
+
+
+def drain(
+    b: Broker, system: str, config: str, concurrency: int, tasks: int, cell: Path, classic: bool
+) -> tuple[Drain, float]:
+    queue = _cell_queue("drain")
+    url = _system_url(b, system, classic)
+    try:
+        PREFILL[system](b, url, queue, tasks)
+        w = start_worker(system, config, concurrency, url, queue, cell)
+        result, broker_us = _common.follow_drain(
+            w, tasks, f"{system} {config} x{concurrency}", also=b.pid
+        )
+        result.left = b.left(queue, tasks - result.started)
+        return result, broker_us
+    finally:
+        b.delete(queue)
+
+
+# -- latency --------------------------------------------------------------------------------
+def latency(b: Broker, system: str, config: str, cell: Path, classic: bool) -> tuple[float, ...]:
+    """(p50 ms, p99 ms, achieved send rate) at a steady RATE, concurrency 1."""
+    queue = _cell_queue("lat")
+    url = _system_url(b, system, classic)
+    close: Callable[[], Any]
+    if system == "ackwise":
+        app = rabbit_tasks.make_ackwise_app(url, queue)
+        send: Callable[[float], Any] = app.bench_noop.delay
+        close = app.close
+    elif system == "celery":
+        capp = rabbit_tasks.make_celery_app(url, queue)
+        send, close = capp.bench_noop.delay, capp.close
+    else:
+        broker = rabbit_tasks.make_dramatiq_broker(url, queue)
+        send, close = broker.bench_noop.send, broker.close
+    try:
+        w = start_worker(system, config, 1, url, queue, cell)
+        return _common.measure_latency(w, send, f"{system} latency")
+    finally:
+        close()
+        b.delete(queue)
+
+
+# -- the plan -------------------------------------------------------------------------------
+def plan() -> list[Cell]:
+    def enq(key: str) -> Callable[[Broker, Path, int], float]:
+        return lambda b, cell, n: enqueue(b, key, n)
+
+    confirm = "publisher confirm per message"
+    cells = [
+        Cell("enq-pika-quorum", "enqueue", "pika",
+             f"`basic_publish`, {confirm}, quorum queue (the floor)", enq("enq-pika-quorum")),
+        Cell("enq-pika-classic", "enqueue", "pika",
+             f"`basic_publish`, {confirm}, classic queue (the floor)", enq("enq-pika-classic")),
+        Cell("enq-ackwise", "enqueue", "ackwise",
+             "`delay()`, one call per task (confirms: always), quorum queue", enq("enq-ackwise")),
+        Cell("enq-ackwise-batch", "enqueue", "ackwise",
+             f"`send_many`, chunks of {BATCH} (one confirm wait per chunk), quorum queue",
+             enq("enq-ackwise-batch")),
+        Cell("enq-ackwise-classic", "enqueue", "ackwise",
+             "`delay()`, one call per task, `?queue_type=classic` (extra)",
+             enq("enq-ackwise-classic")),
+        Cell("enq-dramatiq", "enqueue", "dramatiq",
+             "`send()`, one call per task, `confirm_delivery=True`", enq("enq-dramatiq")),
+        Cell("enq-dramatiq-noconfirm", "enqueue", "dramatiq",
+             "`send()`, its default `confirm_delivery=False` (no confirms)",
+             enq("enq-dramatiq-noconfirm")),
+        Cell("enq-celery", "enqueue", "celery",
+             "`delay()`, one call per task, `confirm_publish=True`", enq("enq-celery")),
+        Cell("enq-celery-noconfirm", "enqueue", "celery",
+             "`delay()`, its default (no `confirm_publish`: no confirms)",
+             enq("enq-celery-noconfirm")),
+    ]  # fmt: skip
+    drains = [
+        ("ackwise", "threads", 1, False, "threads x1, late ack, prefetch 4, quorum queue"),
+        ("celery", "prefork", 1, False, "prefork x1, acks_late, prefetch x1"),
+        ("dramatiq", "threads", 1, False, "threads x1 (prefetch 2)"),
+        ("ackwise-classic", "threads", 1, True, "threads x1, late ack, `?queue_type=classic`"),
+        ("ackwise", "threads", 8, False, "threads x8, late ack, prefetch 32, quorum queue"),
+        ("celery", "threads", 8, False, "threads x8, acks_late, prefetch x1"),
+        ("dramatiq", "threads", 8, False, "threads x8 (prefetch 16)"),
+        ("ackwise-classic", "threads", 8, True, "threads x8, late ack, `?queue_type=classic`"),
+    ]
+    for name, config, c, classic, text in drains:
+        system = name.split("-")[0]
+        cells.append(
+            Cell(
+                f"drain-{name}-{c}",
+                "drain",
+                name,
+                text,
+                lambda b, cell, n, system=system, config=config, c=c, classic=classic: drain(
+                    b, system, config, c, n, cell, classic
+                ),
+            )
+        )
+    lat = [
+        ("ackwise", "threads", False, "threads x1, quorum queue"),
+        ("celery", "prefork", False, "prefork x1, acks_late, prefetch x1"),
+        ("dramatiq", "threads", False, "threads x1"),
+        ("ackwise-classic", "threads", True, "threads x1, `?queue_type=classic`"),
+    ]
+    for name, config, classic, text in lat:
+        system = name.split("-")[0]
+        cells.append(
+            Cell(
+                f"lat-{name}",
+                "latency",
+                name,
+                text,
+                lambda b, cell, n, system=system, config=config, classic=classic: latency(
+                    b, system, config, cell, classic
+                ),
+            )
+        )
+    return cells
+
+
+# -- report ---------------------------------------------------------------------------------
+PEERS = {"celery", "dramatiq"}
+
+
+def _best(cells: list[Cell], keys: list[str], lower: bool = False) -> Cell | None:
+    have = [c for c in cells if c.key in keys and c.values]
+    if not have:
+        return None
+    return (min if lower else max)(have, key=lambda c: c.median)
+
+
+def _ratio_rows(cells: list[Cell]) -> list[str]:
+    by = {c.key: c for c in cells if c.values}
+    rows: list[str] = []
+
+    def row(name: str, key: str, peers: list[str]) -> None:
+        best = _best(cells, peers)
+        if key not in by or best is None:
+            return
+        a = by[key]
+        rows.append(
+            f"| {name} | {a.system} {_common.fmt(a.median)} | {best.system} "
+            f"{_common.fmt(best.median)} ({best.key}) | **{a.median / best.median:.2f}x** |"
+        )
+
+    row("enqueue, one call per task, both with confirms", "enq-ackwise", ["enq-dramatiq"])
+    row("enqueue, one call per task, vs Dramatiq's default (no confirms)", "enq-ackwise",
+        ["enq-dramatiq-noconfirm"])  # fmt: skip
+    row("enqueue, ackwise `send_many` vs Dramatiq `send()` (confirms)", "enq-ackwise-batch",
+        ["enq-dramatiq"])  # fmt: skip
+    row("enqueue, ackwise `delay()` vs the raw pika floor (quorum)", "enq-ackwise",
+        ["enq-pika-quorum"])  # fmt: skip
+    row("enqueue, one call per task, vs Celery (both with confirms)", "enq-ackwise",
+        ["enq-celery"])  # fmt: skip
+    for n in (1, 8):
+        peers = [f"drain-celery-{n}", f"drain-dramatiq-{n}"]
+        row(f"drain, concurrency {n}, vs the best peer", f"drain-ackwise-{n}", peers)
+        row(f"drain, concurrency {n}, ackwise on a classic queue (extra)",
+            f"drain-ackwise-classic-{n}", peers)  # fmt: skip
+    lat_peers = [c for c in cells if c.key in ("lat-celery", "lat-dramatiq") and c.values]
+    for label, figures in (("p50", _p50), ("p99", _p99)):
+        for key in ("lat-ackwise", "lat-ackwise-classic"):
+            if key not in by or not lat_peers:
+                continue
+            a = figures(by[key])
+            best_lat = min(lat_peers, key=figures)
+            bv = figures(best_lat)
+            rows.append(
+                f"| latency {label}, concurrency 1 (lower is better) | {by[key].system} "
+                f"{a:.2f} ms | {best_lat.system} {bv:.2f} ms | **{a / bv:.2f}x** |"
+            )
+    return rows
+
+
+def _p50(c: Cell) -> float:
+    return statistics.median(c.values)
+
+
+def _p99(c: Cell) -> float:
+    return statistics.median(c.extra)
+
+
+def render(
+    cells: list[Cell], args: argparse.Namespace, command: str, elapsed: float, b: Broker,
+    load: tuple[float, float], head: str, tree: str,
+) -> str:  # fmt: skip
+    versions = ", ".join(
+        f"{d} {_common.version(d)}"
+        for d in ("ackwise", "ackwise-rabbitmq", "pika", "celery", "kombu", "amqp", "dramatiq")
+    )
+    lines = [
+        "# RabbitMQ benchmark: ackwise vs Celery, Dramatiq (same run, same RabbitMQ)",
+        "",
+        f"Run {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}, git "
+        f"{head[:7]}{tree} at the start; {args.runs} "
+        f"run(s) per cell, {args.tasks:,} tasks; {elapsed / 60:.1f} min.",
+        "",
+        f"Machine: {platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs ({embedded._cpu_model()}), {platform.system()} "
+        f"{platform.release()}; load average {load[0]:.2f} at the start, {load[1]:.2f} at the end.",
+        "",
+        f"Broker: RabbitMQ {b.version}, {b.where}.",
+        "",
+        f"Versions: {versions}",
+        "",
+        f"Rerun: `{command}`",
+        "",
+        "## Enqueue, one producer thread (tasks/s, median)",
+        "",
+        "| system | how | tasks/s | runs |",
+        "|---|---|---:|---|",
+    ]
+    for c in cells:
+        if c.kind == "enqueue" and c.values:
+            lines.append(
+                f"| {c.system} | {c.config} | {_common.fmt(c.median)} | {_common.runs(c.values)} |"
+            )
+    lines += [
+        "",
+        f"## Drain, {args.tasks:,} no-op tasks, one worker process (tasks started/s, median)",
+        "",
+        "| system | config | tasks/s | worker CPU µs/task | broker CPU µs/task | runs |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for c in cells:
+        if c.kind == "drain" and c.values:
+            lines.append(
+                f"| {c.system} | {c.config} | {_common.fmt(c.median)} | "
+                f"{_common.fmt(c.median_of(c.cpu))} | {_common.fmt(c.median_of(c.extra))} | "
+                f"{_common.runs(c.values)} |"
+            )
+    lines += [
+        "",
+        f"## Enqueue -> start latency at a steady {_common.RATE:.0f} tasks/s, concurrency 1 "
+        "(ms, median of runs)",
+        "",
+        "| system | config | p50 | p99 | runs (p50 / p99) |",
+        "|---|---|---:|---:|---|",
+    ]
+    for c in cells:
+        if c.kind == "latency" and c.values:
+            lines.append(
+                f"| {c.system} | {c.config} | {c.median:.2f} | {statistics.median(c.extra):.2f} | "
+                + ", ".join(f"{a:.2f} / {p:.2f}" for a, p in zip(c.values, c.extra, strict=True))
+                + " |"
+            )
+    ratios = _ratio_rows(cells)
+    if ratios:
+        lines += [
+            "",
+            "## Ratios (medians; ackwise / the best peer at equal concurrency)",
+            "",
+            "| comparison | ackwise | peer | ratio |",
+            "|---|---:|---:|---:|",
+            *ratios,
+        ]
+    notes = [n for c in cells for n in c.notes]
+    if notes:
+        lines += ["", "## Warnings", ""] + [f"- {n}" for n in notes]
+    lines += ["", "## Method", "", METHOD.strip(), ""]
+    return "\n".join(lines)
+
+
+METHOD = """
+- One broker for every cell (named above): by default a private RabbitMQ node started for
+  the run on free ports (`ackwise_conformance.brokers.provide("rabbitmq")`; its management
+  plugin is on, with `management.disable_stats`), else the shared node on 5672; each cell runs
+  on fresh queues, deleted afterwards.
+- **Queue types differ by default**: ackwise declares a quorum queue (replicated log, fsync
+  batches) unless the URL says `?queue_type=classic`; Celery and Dramatiq declare durable classic
+  queues. Every system publishes persistent messages (`delivery_mode=2`). The `ackwise-classic`
+  rows run ackwise on the peers' queue type.
+- **Publisher confirms**: ackwise always waits for RabbitMQ's confirm (one per `delay()`, one
+  per `send_many` chunk, pipelined). Neither peer does by default; their headline rows turn it
+  on (Celery `broker_transport_options={"confirm_publish": True}`, Dramatiq
+  `RabbitmqBroker(confirm_delivery=True)`), and their defaults are shown as extra rows.
+- **Enqueue**: one producer thread, up to the task count or 5 s, after one untimed call that
+  connects and declares. The floor is a pika `BlockingChannel` in confirm mode publishing the
+  ackwise envelope's bytes (`mandatory`, persistent), one confirm per message.
+- **Drain** (PEERS.md): the queue is pre-filled (not timed: ackwise with `send_many`; Celery and
+  Dramatiq by copying one message their own call published, with fresh task / message ids),
+  then ONE worker process: `python -m ackwise worker rabbit_tasks:ackwise_app --pool threads -c
+  N` (late ack, default prefetch 4 x N); `celery worker -P prefork -c 1` / `-P threads -c 8`
+  with `acks_late`, prefetch multiplier 1, no gossip/mingle/heartbeat; `dramatiq --processes 1
+  --threads N` (its default prefetch, 2 x N). Rate = tasks started per second from the first
+  start to the last, within at most 10 s of the first. Worker CPU: utime + stime of the worker
+  and its children (from `/proc`, every 20 ms) over the same span, per task; broker CPU: the
+  same for the RabbitMQ node's process group (shows what each client's protocol use costs the
+  broker: on 2 cores the broker and the worker share the machine). After the worker stopped, the
+  messages left in the queue must equal the tasks never started (else a warning).
+- **Latency**: the worker warmed up, the producer sends one task every 5 ms (1,000 tasks, after
+  20 warm-up tasks) with its `time.time()` as the argument, the task records now - sent.
+  Concurrency 1 for every system (Celery prefork x1). Producers publish with confirms as above.
+- The machine is a shared 2-core VM: compare within a run; rerun a cell with `--only`.
+"""
+
+
+def _tree_state() -> str:
+    """Uncommitted changes to ackwise's code (core/, adapters/): "" or a note with their hash."""
+    diff = embedded._git("diff", "HEAD", "--", "core", "adapters")
+    if not diff:
+        return ""
+    digest = hashlib.sha256(diff.encode()).hexdigest()[:12]
+    return f" + uncommitted changes in core/ or adapters/ (diff sha256 {digest})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--out", default=str(BENCH_DIR / "results-rabbitmq.md"))
+    parser.add_argument("--only", default="", help="comma-separated prefixes of cell keys")
+    args = parser.parse_args()
+    command = " ".join(
+        ["uv run --group bench python bench/rabbitmq.py", shlex.join(sys.argv[1:])]
+    ).strip()
+    cells = _common.select(plan(), args.only)
+    started = time.monotonic()
+    load_start = os.getloadavg()[0]
+    tree_start = _tree_state()
+    head_start = embedded._git("rev-parse", "HEAD")
+    with tempfile.TemporaryDirectory(prefix="ackwise-bench-rabbitmq-") as tmp:
+        broker = Broker(Path(tmp) / "rabbitmq")
+        print(f"RabbitMQ {broker.version}: {broker.where}", file=sys.stderr, flush=True)
+        try:
+            for run in range(1, args.runs + 1):
+                for c in cells:
+                    cell_dir = Path(tmp) / f"{c.key}-{run}"
+                    cell_dir.mkdir()
+                    t = time.monotonic()
+                    result = c.run(broker, cell_dir, args.tasks)
+                    if c.kind == "drain":
+                        drained, broker_us = result
+                        shown = _common.record_drain(c, drained, broker_us, run, args.tasks)
+                    elif c.kind == "latency":
+                        p50, p99, rate = result
+                        c.values.append(p50)
+                        c.extra.append(p99)
+                        shown = f"p50 {p50:.2f} ms p99 {p99:.2f} ms (sent at {rate:.0f}/s)"
+                    else:
+                        c.values.append(result)
+                        shown = f"{result:,.0f}/s"
+                    print(
+                        f"run {run} {c.key:<26} {shown}  ({time.monotonic() - t:.1f}s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        finally:
+            broker.stop()
+    load = (load_start, os.getloadavg()[0])
+    if cells and (_tree_state(), embedded._git("rev-parse", "HEAD")) != (tree_start, head_start):
+        cells[0].notes.append(
+            "core/ or adapters/ changed during the run (a commit or uncommitted edits): the runs "
+            "of an ackwise cell may have measured different code"
+        )
+    text = render(
+        cells, args, command, time.monotonic() - started, broker, load, head_start, tree_start
+    )
+    Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
