@@ -411,11 +411,11 @@ def plan() -> list[Cell]:
              enq("enq-celery-noconfirm")),
     ]  # fmt: skip
     drains = [
-        ("ackwise", "threads", 1, False, "threads x1, late ack, prefetch 4, quorum queue"),
+        ("ackwise", "threads", 1, False, "threads x1, late ack, prefetch auto, quorum queue"),
         ("celery", "prefork", 1, False, "prefork x1, acks_late, prefetch x1"),
         ("dramatiq", "threads", 1, False, "threads x1 (prefetch 2)"),
         ("ackwise-classic", "threads", 1, True, "threads x1, late ack, `?queue_type=classic`"),
-        ("ackwise", "threads", 8, False, "threads x8, late ack, prefetch 32, quorum queue"),
+        ("ackwise", "threads", 8, False, "threads x8, late ack, prefetch auto, quorum queue"),
         ("celery", "threads", 8, False, "threads x8, acks_late, prefetch x1"),
         ("dramatiq", "threads", 8, False, "threads x8 (prefetch 16)"),
         ("ackwise-classic", "threads", 8, True, "threads x8, late ack, `?queue_type=classic`"),

@@ -476,11 +476,11 @@ def plan() -> list[Cell]:
              lambda s, c, n: enq_taskiq(s.url, q(), n)),
     ]  # fmt: skip
     drains = [
-        ("ackwise", "threads", 1, "threads x1, late ack, prefetch 4"),
+        ("ackwise", "threads", 1, "threads x1, late ack, prefetch auto"),
         ("celery", "prefork", 1, "prefork x1, acks_late, prefetch x1"),
         ("dramatiq", "threads", 1, "threads x1"),
         ("taskiq", "async", 1, "async x1, streams, ack when executed"),
-        ("ackwise", "threads", 8, "threads x8, late ack, prefetch 32"),
+        ("ackwise", "threads", 8, "threads x8, late ack, prefetch auto"),
         ("celery", "threads", 8, "threads x8, acks_late, prefetch x1"),
         ("dramatiq", "threads", 8, "threads x8"),
         ("taskiq", "async", 8, "async x8, streams, ack when executed"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import math
 import os
 import queue
 import signal
@@ -59,6 +60,16 @@ POOLS = ("prefork", "threads", "solo")
 #: Late acks of successful tasks are sent together: at most this many, or this many seconds old.
 ACK_BATCH = 64
 ACK_DELAY = 0.005
+#: Automatic prefetch buffers about this many seconds of work beyond the running tasks (at the
+#: recent average task duration), never less than 4 x concurrency: short tasks get a window
+#: deep enough to hide the broker's round trip; long ones hold no more than the base budget.
+PREFETCH_HOLD = 0.01
+
+
+def max_auto_prefetch(concurrency: int) -> int:
+    """The most messages an automatic prefetch holds: 64, or 4 x concurrency if more."""
+    return max(4 * concurrency, 64)
+
 
 Listener = Callable[[str, dict[str, Any]], None]
 
@@ -70,7 +81,10 @@ class WorkerConfig:
     queues: Sequence[str] = ()
     concurrency: int = 0  # 0: number of CPUs (prefork / threads), 1 for solo
     pool: str = "prefork"
-    prefetch: int = 0  # 0: 4 x concurrency; counts running and buffered messages
+    #: Messages held at once, running included.  0: automatic — 4 x concurrency, raised
+    #: while tasks are short (see :data:`PREFETCH_HOLD`), up to :func:`max_auto_prefetch`.
+    prefetch: int = 0
+    prefetch_auto: bool = False  # set by validate() when prefetch was 0
     lease: float = 30.0
     grace: float = 30.0
     #: How long one idle receive may block (also bounds the reaction to a stop request).
@@ -96,6 +110,7 @@ class WorkerConfig:
             raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.prefetch == 0:
             self.prefetch = 4 * self.concurrency
+            self.prefetch_auto = True
         if self.prefetch < 1:
             raise ConfigurationError(f"--prefetch must be >= 1, got {self.prefetch}")
         if not self.lease > 0:
@@ -198,6 +213,9 @@ class Worker:
         self.app = app
         self.config = config or WorkerConfig(pool="threads")
         self.config.validate(app, app.adapter_class)
+        #: Messages held at once now: the configured prefetch, or the automatic one's value.
+        self._budget = self.config.prefetch
+        self._avg_duration = 1.0  # seconds; a start that assumes long tasks (the base budget)
         self.adapter = app.adapter()
         self.listeners = list(listeners)
         self.counters = WorkerCounters()
@@ -255,6 +273,11 @@ class Worker:
         return self._ready.wait(timeout)
 
     @property
+    def budget(self) -> int:
+        """Messages held at most right now, running included (an automatic prefetch moves it)."""
+        return self._budget
+
+    @property
     def held(self) -> int:
         """Deliveries held now: buffered plus running."""
         return len(self._buffer) + len(self._running)
@@ -275,13 +298,15 @@ class Worker:
         self._executor = executor
         executor.start()
         log.info(
-            "worker %s ready: broker %s, queues %s, pool %s x%d, prefetch %d, lease %.1fs",
+            "worker %s ready: broker %s, queues %s, pool %s x%d, prefetch %s, lease %.1fs",
             self.worker_id,
             self.app.broker,
             ",".join(cfg.queues),
             cfg.pool,
             cfg.concurrency,
-            cfg.prefetch,
+            f"auto ({cfg.prefetch} to {max_auto_prefetch(cfg.concurrency)})"
+            if cfg.prefetch_auto
+            else cfg.prefetch,
             cfg.lease,
         )
         self._ready.set()
@@ -340,9 +365,6 @@ class Worker:
         # Successful late acks wait up to ACK_DELAY (or ACK_BATCH of them) to share one broker
         # call; a crash in that window redelivers them, which at-least-once allows.
         ack_due = 0.0
-        # Unsent acks still hold their slots in a broker's window (RabbitMQ's basic.qos):
-        # send them once they hold half the prefetch budget, so the window never runs dry.
-        ack_batch = max(1, min(ACK_BATCH, cfg.prefetch // 2))
         failing_since = 0.0
         while True:
             try:
@@ -385,8 +407,10 @@ class Worker:
                 hard_deadline = float("inf")
                 if self._hard_limits and self._running:
                     hard_deadline = self._enforce_time_limits(executor)
+                # Unsent acks still hold their slots in a broker's window (RabbitMQ's
+                # basic.qos): they go once they hold half the budget, so it never runs dry.
                 if acks and (
-                    len(acks) >= ack_batch
+                    len(acks) >= max(1, min(ACK_BATCH, self._budget // 2))
                     or now >= ack_due
                     or not self._running
                     or self._stop_requested
@@ -395,8 +419,8 @@ class Worker:
                 # 5. fetch more
                 received = 0
                 if not self._stop_requested:
-                    room = cfg.prefetch - self.held
-                    if room > 0 and (not self._buffer or room * 2 >= cfg.prefetch):
+                    room = self._budget - self.held
+                    if room > 0 and (not self._buffer or room * 2 >= self._budget):
                         idle = not self._running and not self._buffer
                         wait = (
                             min(cfg.poll, max(0.0, next_renewal - time.monotonic()))
@@ -408,7 +432,7 @@ class Worker:
                             self._start(executor)
                 # 6. wait for something to happen (an idle receive has waited already)
                 if not received and (self._running or self._buffer):
-                    room = cfg.prefetch - self.held
+                    room = self._budget - self.held
                     # While slots are busy but there is room, look for new messages often.
                     timeout = 0.02 if room > 0 and not self._stop_requested else cfg.poll
                     deadlines = [next_renewal]
@@ -701,6 +725,13 @@ class Worker:
         self._carry_out(decision, h.delivery, h.task, h.envelope, error=error, outcome=label)
 
     # -- completions -----------------------------------------------------------------------
+    def _adapt_budget(self, duration: float) -> None:
+        """Automatic prefetch: buffer about PREFETCH_HOLD seconds of work at the recent pace."""
+        avg = self._avg_duration = 0.9 * self._avg_duration + 0.1 * max(duration, 1e-6)
+        c = self.config.concurrency
+        want = c + math.ceil(c * PREFETCH_HOLD / avg)
+        self._budget = min(max(4 * c, want), max_auto_prefetch(c))
+
     def _drain_completions(self, acks: list[Delivery], block: float) -> None:
         try:
             item = (
@@ -738,6 +769,8 @@ class Worker:
             return
         self._idem_done(h, completed=True)
         self.counters.succeeded += 1
+        if self.config.prefetch_auto:
+            self._adapt_budget(result.duration)
         self._emit("succeeded", h, attempt=d.attempt, duration=result.duration)
         decision = settle(
             task.ack, Outcome.SUCCEEDED, attempt=d.attempt, max_deliveries=task.max_deliveries

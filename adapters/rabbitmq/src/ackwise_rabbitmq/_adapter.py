@@ -686,12 +686,18 @@ class RabbitMQAdapter(Adapter):
         if not raws:
             with self._lock:
                 c = self._consumers.get(queue)
-                # A full window with nothing pushed: the caller holds every delivery it let
-                # through and asks for more (no worker does; a worker with acks still to send
-                # polls with wait=0 and finds the window open again shortly).
-                stuck = c is not None and c.outstanding >= c.credit and wait > 0
-            if c is None or stuck:
-                self._call(lambda: self._start_consumer(queue, max_messages))
+                # The caller's whole budget: what it holds unsettled (through any consumer of
+                # this connection) and the room it asks to fill.
+                want = max_messages + sum(1 for q in self._unacked.values() if q == queue)
+                # Nothing pushed and a window too small for what the caller asks: it holds
+                # every delivery the window let through (no worker does: one with acks still
+                # to send polls with wait=0 and finds the window open again shortly), or its
+                # budget grew (an automatic prefetch) well past the window.
+                small = c is not None and (
+                    (c.outstanding >= c.credit and wait > 0) or want > 2 * c.credit
+                )
+            if c is None or small:
+                self._call(lambda: self._start_consumer(queue, want, replace=small))
             if wait > 0:
                 deadline = time.monotonic() + wait
                 with self._lock:
@@ -720,20 +726,20 @@ class RabbitMQAdapter(Adapter):
                 out.append(raw)
             return out
 
-    def _start_consumer(self, queue: str, credit: int) -> None:
+    def _start_consumer(self, queue: str, credit: int, *, replace: bool = False) -> None:
         """Consume ``queue`` with a window of ``credit`` unacked messages (I/O thread).
 
         The broker pushes while fewer than ``credit`` of this consumer's deliveries are
         unsettled; a late ack frees its slot just as the task that ends frees room in the
         worker, so the window follows the worker's own prefetch budget.  (An early ack frees
         a slot while the task still runs: :meth:`ack_before_start` stops the consumer first.)
-        A consumer whose window is full while nothing waits in the inbox is replaced by one
-        with a window of its own (RabbitMQ applies ``basic.qos`` to new consumers only).
+        With ``replace``, a consumer whose window is too small is replaced by one with a window
+        of its own (RabbitMQ applies ``basic.qos`` to new consumers only).
         """
         with self._lock:
             old = self._consumers.get(queue)
-            if old is not None and (old.outstanding < old.credit or self._inbox.get(queue)):
-                return  # still open, or a push came meanwhile
+            if old is not None and (not replace or self._inbox.get(queue)):
+                return  # there is one already, or a push came meanwhile
         self._check_live()
         ch = self._consume_ch
         conn = self._conn
