@@ -617,7 +617,7 @@ METHOD = """
 - **Drain** (PEERS.md): the queue is pre-filled (not timed: ackwise with `send_many`; Celery and
   Dramatiq by copying one message their own call published, with fresh task / message ids),
   then ONE worker process: `python -m ackwise worker rabbit_tasks:ackwise_app --pool threads -c
-  N` (late ack, default prefetch 4 x N); `celery worker -P prefork -c 1` / `-P threads -c 8`
+  N` (late ack, default automatic prefetch: 4 x N up to 64 while tasks are short); `celery worker -P prefork -c 1` / `-P threads -c 8`
   with `acks_late`, prefetch multiplier 1, no gossip/mingle/heartbeat; `dramatiq --processes 1
   --threads N` (its default prefetch, 2 x N). Rate = tasks started per second from the first
   start to the last, within at most 10 s of the first. Worker CPU: utime + stime of the worker
