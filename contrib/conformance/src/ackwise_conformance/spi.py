@@ -393,6 +393,19 @@ class AdapterConformance:
         adapter.ack([got["b"]])  # the other delivery was not touched
         self.assert_stats(adapter, queue, ready=0, in_flight=0)
 
+    def test_ack_before_start_removes_the_messages_and_refuses_a_stale_receipt(
+        self, adapter: Adapter, queue: str
+    ) -> None:
+        """``Ack.EARLY``'s ack: done for good when it returns (a stale receipt raises)."""
+        adapter.publish(queue, [Outgoing(f"m{i}", b"x") for i in range(3)])
+        got = self.take(adapter, queue, 3)
+        adapter.ack_before_start(got[:2])
+        with pytest.raises(StaleReceipt) as info:
+            adapter.ack_before_start(got[1:])
+        assert info.value.deliveries == (got[1],)
+        self.assert_stats(adapter, queue, ready=0, delayed=0, in_flight=0, dead=0)
+        self.assert_nothing_receivable(adapter, queue, 0.2 * self.scale)
+
     def connection_leases(self, adapter: Adapter) -> bool:
         return self.capabilities_of(adapter).lease_extension is LeaseExtension.CONNECTION
 
