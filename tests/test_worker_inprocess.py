@@ -241,32 +241,15 @@ def test_worker_refuses_impossible_configuration(app):
         ackwise.Worker(app, ackwise.WorkerConfig(pool="solo", concurrency=4))
 
 
-def test_automatic_prefetch_grows_for_short_tasks_and_stays_put_for_long_ones(app):
-    """Short tasks get a deep window (the broker's round trip hidden); long ones the base."""
-    from ackwise._worker import max_auto_prefetch
+def test_default_prefetch_stays_four_per_slot_where_the_adapter_asks_for_no_deeper_one(app):
+    """memory:// and sqlite:// take what is ready per receive: no automatic deepening."""
 
     @app.task(name="quick")
     def quick():
         pass
 
-    @app.task(name="slow", queue="slow")
-    def slow():
-        import time
-
-        time.sleep(0.05)
-
     for _ in range(200):
         quick.delay()
-    for _ in range(6):
-        slow.delay()
-    with run_worker(app, queues=["default"], concurrency=2) as w:
+    with run_worker(app, concurrency=2) as w:
         w.join()
-        assert w.worker.budget == max_auto_prefetch(2)  # 2 + 2 x 10 ms / a few µs: the cap
-    with run_worker(app, queues=["slow"], concurrency=2) as w:
-        w.join()
-        assert w.worker.budget == 4 * 2  # 10 ms of 50 ms tasks is less than the base
-    with run_worker(app, queues=["default"], concurrency=2, prefetch=3) as w:
-        for _ in range(50):
-            quick.delay()
-        w.join()
-        assert w.worker.budget == 3  # a number is a fixed budget
+        assert w.worker.budget == 4 * 2

@@ -11,7 +11,7 @@ import pytest
 
 from ackwise import App, Outgoing, QueueSpec, open_adapter
 from ackwise.errors import QueueNotFound, StaleReceipt, TransientAdapterError
-from ackwise.testing import InProcessWorker
+from ackwise.testing import InProcessWorker, run_worker
 from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.proxy import FaultProxy
@@ -241,3 +241,41 @@ def test_worker_refuses_a_time_limit_longer_than_the_consumer_timeout(rabbitmq_u
     worker = Worker(app, config=WorkerConfig(queues=[queue], pool="prefork", app_path="x:app"))
     with pytest.raises(ConfigurationError, match="consumer_timeout"):
         worker.run()
+
+
+def test_automatic_prefetch_deepens_the_window_for_short_tasks_only(rabbitmq_url: str) -> None:
+    """A quorum queue refills its window a round trip after each ack: short tasks get a deep
+    window (here the cap), long ones keep 4 per slot; a number is a fixed budget."""
+    from ackwise._worker import max_auto_prefetch
+
+    quick_q, slow_q = _queue(), _queue()
+    app = App("pinned", broker=rabbitmq_url, default_queue=quick_q)
+
+    @app.task(name="pinned.quick")
+    def quick() -> None:
+        pass
+
+    @app.task(name="pinned.slow", queue=slow_q)
+    def slow() -> None:
+        time.sleep(0.05)
+
+    observer = _adapter(rabbitmq_url)
+    try:
+        app.send_many([quick.s() for _ in range(300)])
+        app.send_many([slow.s() for _ in range(6)])
+        with run_worker(app, queues=[quick_q], concurrency=2) as w:
+            w.join()
+            assert w.worker.budget == max_auto_prefetch(2)
+        with run_worker(app, queues=[slow_q], concurrency=2) as w:
+            w.join()
+            assert w.worker.budget == 4 * 2
+        app.send_many([quick.s() for _ in range(50)])
+        with run_worker(app, queues=[quick_q], concurrency=2, prefetch=3) as w:
+            w.join()
+            assert w.worker.budget == 3
+        assert observer.stats(quick_q).ready == 0
+    finally:
+        for q in (quick_q, slow_q):
+            observer.purge(q)
+        observer.close()
+        app.close()

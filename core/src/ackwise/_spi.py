@@ -227,6 +227,11 @@ class Adapter(abc.ABC):
     capabilities: ClassVar[Capabilities]
     #: The URL scheme(s) the adapter serves; informational.
     name: ClassVar[str] = "adapter"
+    #: The broker pushes into a consumer window that a settled message refills only after a
+    #: round trip (AMQP ``basic.qos``): the worker's default, automatic prefetch deepens it
+    #: while tasks are short.  Elsewhere the default prefetch stays 4 x concurrency (a receive
+    #: already takes what is ready, and holding more costs lease renewals, e.g. SQS calls).
+    deep_prefetch: ClassVar[bool] = False
 
     def __init__(self, url: BrokerURL) -> None:
         self.url = url

@@ -81,8 +81,9 @@ class WorkerConfig:
     queues: Sequence[str] = ()
     concurrency: int = 0  # 0: number of CPUs (prefork / threads), 1 for solo
     pool: str = "prefork"
-    #: Messages held at once, running included.  0: automatic — 4 x concurrency, raised
-    #: while tasks are short (see :data:`PREFETCH_HOLD`), up to :func:`max_auto_prefetch`.
+    #: Messages held at once, running included.  0: 4 x concurrency; on an adapter with
+    #: ``deep_prefetch`` (RabbitMQ) raised while tasks are short (see :data:`PREFETCH_HOLD`),
+    #: up to :func:`max_auto_prefetch`.
     prefetch: int = 0
     prefetch_auto: bool = False  # set by validate() when prefetch was 0
     lease: float = 30.0
@@ -110,7 +111,7 @@ class WorkerConfig:
             raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.prefetch == 0:
             self.prefetch = 4 * self.concurrency
-            self.prefetch_auto = True
+            self.prefetch_auto = adapter_cls.deep_prefetch
         if self.prefetch < 1:
             raise ConfigurationError(f"--prefetch must be >= 1, got {self.prefetch}")
         if not self.lease > 0:

@@ -191,6 +191,9 @@ class RabbitMQAdapter(Adapter):
     """Adapter for one RabbitMQ node (or a cluster behind one address)."""
 
     name = "rabbitmq"
+    # A quorum queue frees a window slot only once the ack went through its log: a fast
+    # worker needs a deeper window than 4 x concurrency to keep busy.
+    deep_prefetch = True
     capabilities = Capabilities(
         native_delay=True,
         max_delay=MAX_DELAY_MS / 1000.0,

@@ -854,8 +854,13 @@ def _check_fires(
     *,
     ticks: int = BEAT_TICKS,
     gap: float | None = None,
+    may_lose: int = 0,
 ) -> None:
-    """Every tick from the first fire to the last fired once; at least ``ticks`` of them."""
+    """Every tick from the first fire to the last fired once; at least ``ticks`` of them.
+
+    :param may_lose: ticks that may be missing (fires are at most once: a claim whose answer a
+        fault swallowed is never published; CONFORMANCE bounds the gap, not the count).
+    """
     timing = _beat_timing(h)
     keys = [f.key for f in fires]
     doubles = sorted({k for k in keys if keys.count(k) > 1})
@@ -866,9 +871,9 @@ def _check_fires(
     expected = list(range(times[0], times[-1] + 1, step))
     missing = sorted(set(expected) - set(times))
     expect(
-        times == expected,
+        set(times) <= set(expected) and len(missing) <= may_lose,
         f"ticks missing between the first and the last fire: {len(missing)} "
-        f"(e.g. {missing[:3]} us), or off the schedule",
+        f"(e.g. {missing[:3]} us; at most {may_lose} may be), or off the schedule",
     )
     expect(
         all(f.key == f"{f.schedule}:{f.fire_time}" for f in fires),
@@ -995,7 +1000,9 @@ def b03(h: Harness) -> None:
     expect(h.leader_pid() == b.pid, f"the lock left the new leader: {h.leader()}")
     _stop_beats(h, [a, b])
     fires = h.fires()
-    _check_fires(h, fires, gap=timing.gap_bound + _slack(h))
+    # The claim in flight when the cut began may have been recorded with its answer lost: the
+    # leader does not publish what it cannot vouch for, so that one tick may be missing.
+    _check_fires(h, fires, gap=timing.gap_bound + _slack(h), may_lose=1)
     fences = [f.fence for f in fires]
     expect(fences == sorted(fences), f"a fire of an older leader came after the new one: {fences}")
 
