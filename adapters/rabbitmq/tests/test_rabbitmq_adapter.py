@@ -246,8 +246,6 @@ def test_worker_refuses_a_time_limit_longer_than_the_consumer_timeout(rabbitmq_u
 def test_automatic_prefetch_deepens_the_window_for_short_tasks_only(rabbitmq_url: str) -> None:
     """A quorum queue refills its window a round trip after each ack: short tasks get a deep
     window (here the cap), long ones keep 4 per slot; a number is a fixed budget."""
-    from ackwise._worker import max_auto_prefetch
-
     quick_q, slow_q = _queue(), _queue()
     app = App("pinned", broker=rabbitmq_url, default_queue=quick_q)
 
@@ -265,7 +263,7 @@ def test_automatic_prefetch_deepens_the_window_for_short_tasks_only(rabbitmq_url
         app.send_many([slow.s() for _ in range(6)])
         with run_worker(app, queues=[quick_q], concurrency=2) as w:
             w.join()
-            assert w.worker.budget == max_auto_prefetch(2)
+            assert w.worker.budget == 64  # the cap: max(4 x concurrency, 64)
         with run_worker(app, queues=[slow_q], concurrency=2) as w:
             w.join()
             assert w.worker.budget == 4 * 2
