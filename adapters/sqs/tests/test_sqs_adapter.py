@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 import uuid
@@ -437,3 +439,89 @@ def test_fifo_queue_dedups_by_idempotency_key_and_keeps_group_order(sqs_url: str
     finally:
         adapter.close()
         app.close()
+
+
+# -- requests per message, late acks in the background --------------------------------------
+
+
+def test_draining_a_busy_queue_takes_about_one_request_per_five_messages(sqs_url: str) -> None:
+    """Receives and late acks go 10 per request, even at concurrency 1 (default prefetch).
+
+    Measured once the automatic prefetch has seen that the tasks are short (it starts at
+    4 x concurrency, which would be about one request per message: 4 per receive, 2 per ack).
+    """
+    app = App("sqs-batches", broker=sqs_url)
+    queue = f"busy-{uuid.uuid4().hex[:8]}"
+    ran: list[int] = []
+
+    @app.task(queue=queue)
+    def noop(i: int) -> None:
+        ran.append(i)
+
+    def requests(w: Any) -> int:
+        calls = dict(w.worker.adapter.calls)
+        return calls.get("ReceiveMessage", 0) + calls.get("DeleteMessageBatch", 0)
+
+    try:
+        for start in range(0, 800, 200):
+            app.send_many([noop.s(i) for i in range(start, start + 200)])
+        with run_worker(app, queues=[queue], concurrency=1) as w:
+            eventually(lambda: len(ran) >= 200, 60.0, description="200 tasks ran")
+            done, calls = len(ran), requests(w)
+            eventually(lambda: len(ran) >= 700, 60.0, description="700 tasks ran")
+            per_task = (requests(w) - calls) / (len(ran) - done)
+            eventually(lambda: len(ran) >= 800, 60.0, description="800 tasks ran")
+        assert sorted(ran) == list(range(800))
+        # 10 per request is 0.2 per message (one receive, one ack).
+        assert per_task <= 0.3, (per_task, dict(w.worker.adapter.calls))
+    finally:
+        app.close()
+
+
+def test_a_forked_child_opens_its_own_client_and_request_threads(
+    adapter: SQSAdapter, queue: str
+) -> None:
+    """A producer or consumer used before fork() and in the child: no inherited thread or
+    connection is used (the parent's request threads do not exist in the child)."""
+    adapter.publish(queue, [Outgoing(f"m{i}", b"x") for i in range(40)])
+    got = _take_n(adapter, queue, 40)
+    adapter.ack(got[:20])  # two requests at once: the parent's request threads exist now
+    assert adapter._io is not None
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            adapter.ack(got[20:])
+            code = 0 if adapter.stats(queue).in_flight == 0 else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 20
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung on the request threads it inherited")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
+    st = adapter.stats(queue)  # the parent's adapter still works
+    assert (st.ready, st.in_flight) == (0, 0)
+
+
+def _take_n(
+    adapter: Adapter, queue: str, n: int, lease: float = 30.0, timeout: float = 15.0
+) -> list[Any]:
+    got: list[Any] = []
+    eventually(
+        lambda: (
+            bool(
+                got.extend(adapter.receive(queue, max_messages=n - len(got), wait=1.0, lease=lease))
+            )
+            or len(got) >= n
+        ),
+        timeout,
+        description=f"{n} deliveries",
+    )
+    return got

@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--prefetch",
         type=int,
         default=0,
-        help="messages held at once, running included (default: 4 x -c; on RabbitMQ up to 64 "
-        "while tasks are short)",
+        help="messages held at once, running included (default: 4 x -c; on RabbitMQ and SQS up "
+        "to 64 while tasks are short)",
     )
     w.add_argument(
         "--lease", type=_positive_float, default=30.0, help="lease seconds (renewed every lease/3)"

@@ -69,6 +69,10 @@ class Capabilities:
     oldest_age: bool = True
     #: ``purge()`` reaches delayed messages too (SQS cannot delete within ``DelaySeconds``).
     purge_delayed: bool = True
+    #: Most messages one broker request receives or settles (SQS: 10; ``None``: no such limit,
+    #: one call takes any number).  The worker asks for whole batches and sends late acks in
+    #: whole batches, so no request goes out part-filled while the queue is busy.
+    max_batch: int | None = None
 
     def describe(self) -> dict[str, Any]:
         """Return the capabilities as plain JSON-friendly values."""
@@ -227,10 +231,12 @@ class Adapter(abc.ABC):
     capabilities: ClassVar[Capabilities]
     #: The URL scheme(s) the adapter serves; informational.
     name: ClassVar[str] = "adapter"
-    #: The broker pushes into a consumer window that a settled message refills only after a
-    #: round trip (AMQP ``basic.qos``): the worker's default, automatic prefetch deepens it
-    #: while tasks are short.  Elsewhere the default prefetch stays 4 x concurrency (a receive
-    #: already takes what is ready, and holding more costs lease renewals, e.g. SQS calls).
+    #: Holding more than 4 x concurrency pays off while tasks are short: the broker pushes into
+    #: a consumer window that a settled message refills only a round trip later (AMQP
+    #: ``basic.qos``), or every request is a round trip that carries a few messages (SQS: 10).
+    #: The worker's default, automatic prefetch then deepens while tasks are short.  Elsewhere
+    #: the default prefetch stays 4 x concurrency (a receive already takes what is ready, and
+    #: holding more costs lease renewals).
     deep_prefetch: ClassVar[bool] = False
 
     def __init__(self, url: BrokerURL) -> None:

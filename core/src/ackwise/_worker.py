@@ -60,6 +60,10 @@ POOLS = ("prefork", "threads", "solo")
 #: Late acks of successful tasks are sent together: at most this many, or this many seconds old.
 ACK_BATCH = 64
 ACK_DELAY = 0.005
+#: ... on a broker with a per-request limit (Capabilities.max_batch: SQS), where every request
+#: is a round trip (and billed): acks wait longer to fill whole requests while tasks keep
+#: finishing.  They still go at once when nothing runs.
+ACK_DELAY_BATCHED = 0.05
 #: Automatic prefetch buffers about this many seconds of work beyond the running tasks (at the
 #: recent average task duration), never less than 4 x concurrency: short tasks get a window
 #: deep enough to hide the broker's round trip; long ones hold no more than the base budget.
@@ -216,6 +220,10 @@ class Worker:
         self.config.validate(app, app.adapter_class)
         #: Messages held at once now: the configured prefetch, or the automatic one's value.
         self._budget = self.config.prefetch
+        #: Messages per broker request (Capabilities.max_batch): receives and late-ack
+        #: batches are sized in whole requests.
+        self._batch = max(1, app.adapter_class.capabilities.max_batch or 1)
+        self._ack_delay = ACK_DELAY if self._batch == 1 else ACK_DELAY_BATCHED
         self._avg_duration = 1.0  # seconds; a start that assumes long tasks (the base budget)
         self.adapter = app.adapter()
         self.listeners = list(listeners)
@@ -391,7 +399,7 @@ class Worker:
                 self._drain_completions(acks, block=0.0)
                 now = time.monotonic()
                 if acks and not had:
-                    ack_due = now + ACK_DELAY
+                    ack_due = now + self._ack_delay
                 if grace_deadline is not None and not self._running:
                     if acks:
                         self._ack(acks)
@@ -410,13 +418,16 @@ class Worker:
                     hard_deadline = self._enforce_time_limits(executor)
                 # Unsent acks still hold their slots in a broker's window (RabbitMQ's
                 # basic.qos): they go once they hold half the budget, so it never runs dry.
-                if acks and (
-                    len(acks) >= max(1, min(ACK_BATCH, self._budget // 2))
-                    or now >= ack_due
-                    or not self._running
-                    or self._stop_requested
-                ):
-                    self._ack(acks)
+                if acks:
+                    if now >= ack_due or not self._running or self._stop_requested:
+                        self._ack(acks)
+                    elif len(acks) >= self._ack_batch():
+                        # Whole broker requests where one is full; the rest waits for more
+                        # (or its delay).  A smaller budget's threshold sends them all.
+                        keep = len(acks) % self._batch if len(acks) >= self._batch else 0
+                        self._ack(acks, keep=keep)
+                        if acks:
+                            ack_due = now + self._ack_delay
                 # 5. fetch more
                 received = 0
                 if not self._stop_requested:
@@ -428,7 +439,7 @@ class Worker:
                             if idle
                             else 0.0
                         )
-                        received = self._receive(room, wait)
+                        received = self._receive(self._whole_batches(room), wait)
                         if received and self._buffer:
                             self._start(executor)
                 # 6. wait for something to happen (an idle receive has waited already)
@@ -494,6 +505,19 @@ class Worker:
             else:
                 next_deadline = min(next_deadline, deadline)
         return next_deadline
+
+    def _whole_batches(self, n: int) -> int:
+        """``n`` rounded down to whole broker requests (``n`` itself below one request)."""
+        b = self._batch
+        return n if n < b else n - n % b
+
+    def _ack_batch(self) -> int:
+        """How many successful late acks to send together (see ACK_BATCH, ACK_DELAY).
+
+        Half the budget (unsent acks are messages that may still run again), in whole broker
+        requests where the broker has a per-request limit and the budget holds two of them.
+        """
+        return self._whole_batches(max(1, min(ACK_BATCH, self._budget // 2)))
 
     def _reconnect(self, delay: float) -> None:
         time.sleep(delay)
@@ -918,15 +942,17 @@ class Worker:
         if hook:
             hook(task=name, message_id=d.message_id, queue=d.queue, reason=decision.reason)
 
-    def _ack(self, acks: list[Delivery]) -> None:
-        batch = list(acks)
-        acks.clear()
+    def _ack(self, acks: list[Delivery], keep: int = 0) -> None:
+        """Send the late acks of ``acks`` but its last ``keep``, which stay pending."""
+        cut = len(acks) - keep
+        batch = acks[:cut]
+        del acks[:cut]
         try:
             self.adapter.ack(batch)
         except StaleReceipt as exc:
             self._report_stale(exc, "ack")
         except TransientAdapterError:
-            acks.extend(batch)  # settle them after reconnecting
+            acks[:0] = batch  # settle them after reconnecting
             raise
 
     def _renew(self) -> None:

@@ -40,11 +40,14 @@ bodies
 from __future__ import annotations
 
 import base64
+import concurrent.futures as cf
 import hashlib
 import json
 import logging
 import math
+import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -106,6 +109,8 @@ _RETENTION = 1_209_600  # 14 days, SQS's longest
 _FENCE_MARGIN = 0.2
 _PEEK_VISIBILITY = 30
 _PEEK_LIMIT = 10_000
+#: Requests of one receive / ack / extend that run at once (each carries up to 10 messages).
+_PARALLEL = 4
 
 _ID = "ackwise-id"
 _ENC = "ackwise-enc"
@@ -119,6 +124,20 @@ _INVALID_BODY = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0
 # ackwise queue names, as SQS takes them: the prefix and the "-dlq" suffix must fit in 80.
 _NAME = re.compile(r"^[A-Za-z0-9_-]+(\.fifo)?$")
 _NAME_ROOM = 80 - len("-dlq")
+
+
+# -- fork safety ---------------------------------------------------------------------------
+# A client (its pooled connections) and threads inherited through fork() belong to the parent:
+# the child opens its own.  A generation bumped in the child is cheaper than os.getpid().
+_fork_generation = 0
+
+
+def _after_fork() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def sqs_queue_name(prefix: str, queue: str) -> tuple[str, str]:
@@ -179,7 +198,11 @@ class SQSAdapter(Adapter):
         multi_process=True,
         oldest_age=False,  # SQS has it only as a CloudWatch metric
         purge_delayed=False,  # messages within DelaySeconds cannot be received, hence deleted
+        max_batch=_BATCH,
     )
+    #: Every request costs a round trip and carries at most 10 messages: while tasks are short
+    #: the worker holds enough to receive and acknowledge in whole batches.
+    deep_prefetch = True
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
@@ -190,9 +213,16 @@ class SQSAdapter(Adapter):
         self.calls: dict[str, int] = {}
         #: Early receives of long delays re-armed by visibility (not deliveries).
         self.rearmed = 0
+        self._counting = threading.Lock()
+        self._generation = _fork_generation
+        self._io: cf.ThreadPoolExecutor | None = None  # the parallel requests of one call
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self) -> None:
+        if self._generation != _fork_generation:
+            # Inherited through fork(): the parent's client and threads are not ours to use.
+            self._client, self._io = None, None
+            self._generation = _fork_generation
         if self._client is not None:
             return
         s = self.settings
@@ -205,11 +235,14 @@ class SQSAdapter(Adapter):
                     connect_timeout=5,
                     read_timeout=30,  # above the longest long poll (20 s)
                     retries={"mode": "standard", "max_attempts": 3},
-                    max_pool_connections=4,
+                    max_pool_connections=_PARALLEL + 1,
                 ),
             )
 
     def close(self) -> None:
+        io, self._io = self._io, None
+        if io is not None and self._generation == _fork_generation:
+            io.shutdown(wait=False)  # idle: every call waits for its requests
         client, self._client = self._client, None
         if client is not None:
             try:
@@ -218,9 +251,10 @@ class SQSAdapter(Adapter):
                 log.debug("closing the SQS client failed", exc_info=True)
 
     def _call(self, operation: str, **params: Any) -> dict[str, Any]:
-        if self._client is None:
+        if self._client is None or self._generation != _fork_generation:
             self.open()
-        self.calls[operation] = self.calls.get(operation, 0) + 1
+        with self._counting:  # the parallel requests of one call count from their threads
+            self.calls[operation] = self.calls.get(operation, 0) + 1
         with map_botocore_errors(f"SQS {operation}"):
             result: dict[str, Any] = getattr(self._client, _snake(operation))(**params)
         return result
@@ -396,42 +430,62 @@ class SQSAdapter(Adapter):
         info = self._queue(queue)
         visibility = _visibility(lease)
         wait_seconds = 0 if wait <= 0 else min(20, max(1, round(wait)))
-        out: list[Delivery] = []
-        calls = 0
-        while len(out) < max_messages and calls <= max_messages // _BATCH + 1:
-            n = min(_BATCH, max_messages - len(out))
-            started = time.time()
-            call_wait = wait_seconds if calls == 0 else 0
-            got = self._call(
-                "ReceiveMessage",
-                QueueUrl=info.url,
-                MaxNumberOfMessages=n,
-                WaitTimeSeconds=call_wait,
-                VisibilityTimeout=visibility,
-                MessageSystemAttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            ).get("Messages", [])
-            calls += 1
-            early: list[tuple[str, int]] = []
-            now = time.time()
-            # The visibility clock starts when SQS takes the message: during a long poll, when
-            # one arrives.  Counting from the call's start would shorten the lease by the wait;
-            # the take is assumed no more than a second before the answer came back.
-            taken = max(started, now - 1.0) if call_wait else started
-            for m in got:
-                attrs = m.get("MessageAttributes", {})
-                due = _number(attrs.get(_DUE))
-                if due is not None and due > now:
-                    # Not a delivery: hide it until due (at most 12 h per receive).
-                    early.append((m["ReceiptHandle"], min(MAX_VISIBILITY, math.ceil(due - now))))
-                    continue
-                out.append(self._delivery(info, m, taken, visibility, due))
-            if early:
-                self._rearm(info, early)
-                self.rearmed += len(early)
-            if len(got) < n:
-                break
+        first = min(_BATCH, max_messages)
+        out, full = self._receive_once(info, first, wait_seconds, visibility)
+        rest = max_messages - first
+        if full and rest > 0:
+            # The queue had a full batch: the rest at once, one request per batch of 10 (a
+            # queue that had less costs no request more).
+            sizes = [min(_BATCH, rest - i) for i in range(0, rest, _BATCH)]
+            got, error = self._parallel(
+                lambda n: self._receive_once(info, n, 0, visibility)[0], sizes
+            )
+            for deliveries in got:
+                out.extend(deliveries)
+            if error is not None and not out:
+                raise error
+            if error is not None:
+                # What the failed request took (if anything) comes back after its lease.
+                log.warning("SQS ReceiveMessage failed for part of a receive: %s", error)
         return out
+
+    def _receive_once(
+        self, info: _Queue, n: int, wait_seconds: int, visibility: int
+    ) -> tuple[list[Delivery], bool]:
+        """One ReceiveMessage: (the deliveries, whether SQS returned all ``n`` asked for)."""
+        started = time.time()
+        got = self._call(
+            "ReceiveMessage",
+            QueueUrl=info.url,
+            MaxNumberOfMessages=n,
+            WaitTimeSeconds=wait_seconds,
+            VisibilityTimeout=visibility,
+            MessageSystemAttributeNames=[
+                "ApproximateReceiveCount",
+                "ApproximateFirstReceiveTimestamp",
+            ],
+            MessageAttributeNames=["All"],
+        ).get("Messages", [])
+        out: list[Delivery] = []
+        early: list[tuple[str, int]] = []
+        now = time.time()
+        # The visibility clock starts when SQS takes the message: during a long poll, when
+        # one arrives.  Counting from the call's start would shorten the lease by the wait;
+        # the take is assumed no more than a second before the answer came back.
+        taken = max(started, now - 1.0) if wait_seconds else started
+        for m in got:
+            attrs = m.get("MessageAttributes", {})
+            due = _number(attrs.get(_DUE))
+            if due is not None and due > now:
+                # Not a delivery: hide it until due (at most 12 h per receive).
+                early.append((m["ReceiptHandle"], min(MAX_VISIBILITY, math.ceil(due - now))))
+                continue
+            out.append(self._delivery(info, m, taken, visibility, due))
+        if early:
+            self._rearm(info, early)
+            with self._counting:
+                self.rearmed += len(early)
+        return out, len(got) >= n
 
     def _delivery(
         self, info: _Queue, m: dict[str, Any], taken: float, visibility: int, due: float | None
@@ -481,6 +535,7 @@ class SQSAdapter(Adapter):
         return valid, stale
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Delete the messages: 10 per DeleteMessageBatch, the requests at once."""
         valid, stale = self._split(deliveries)
         refused = self._batch(
             "DeleteMessageBatch",
@@ -492,6 +547,33 @@ class SQSAdapter(Adapter):
         stale += refused
         if stale:
             raise StaleReceipt(_in_order(deliveries, stale), "ack")
+
+    def _parallel(
+        self, fn: Callable[[Any], Any], items: Sequence[Any]
+    ) -> tuple[list[Any], Exception | None]:
+        """``fn`` over ``items``, up to _PARALLEL at once (the first on this thread).
+
+        Returns the results of the calls that succeeded, in order, and the first error.
+        """
+        if not items:
+            return [], None
+        if self._generation != _fork_generation:
+            self.open()  # not the parent's threads
+        if self._io is None and len(items) > 1:
+            self._io = cf.ThreadPoolExecutor(_PARALLEL - 1, thread_name_prefix="ackwise-sqs")
+        futures = [self._io.submit(fn, x) for x in items[1:]] if self._io else []
+        results: list[Any] = []
+        error: Exception | None = None
+        try:
+            results.append(fn(items[0]))
+        except Exception as exc:
+            error = exc
+        for f in futures:
+            try:
+                results.append(f.result())
+            except Exception as exc:
+                error = error or exc
+        return results, error
 
     def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
         valid, stale = self._split(deliveries)
@@ -581,27 +663,44 @@ class SQSAdapter(Adapter):
         deliveries: list[Delivery],
         entry: Callable[[Delivery, int], dict[str, Any]],
     ) -> list[Delivery]:
-        """Run a batch operation per queue; return the deliveries SQS refused as stale."""
-        stale: list[Delivery] = []
-        errors: list[str] = []
-        by_url: dict[str, list[Delivery]] = {}
-        for d in deliveries:
-            by_url.setdefault(d.receipt.queue_url, []).append(d)
-        for url, group in by_url.items():
-            for chunk in _slices(group, _BATCH):
-                out = self._call(
-                    operation, QueueUrl=url, Entries=[entry(d, i) for i, d in enumerate(chunk)]
-                )
-                for f in out.get("Failed", []):
-                    d = chunk[int(f["Id"])]
-                    if f.get("Code") in _STALE_CODES:
-                        d.receipt.settled = True
-                        stale.append(d)
-                    else:
-                        errors.append(f"{d.message_id}: {f.get('Code')}: {f.get('Message', '')}")
+        """Run a batch operation (10 per request, requests at once); return the stale ones."""
+        chunks = [
+            (url, chunk)
+            for url, group in _by_queue_url(deliveries).items()
+            for chunk in _slices(group, _BATCH)
+        ]
+        results, error = self._parallel(
+            lambda c: self._batch_request(operation, c[0], c[1], entry), chunks
+        )
+        if error is not None:
+            raise error
+        stale = [d for found, _ in results for d in found]
+        errors = [e for _, errs in results for e in errs]
         if errors:
             raise PermanentAdapterError(f"SQS {operation} failed for {'; '.join(errors[:5])}")
         return stale
+
+    def _batch_request(
+        self,
+        operation: str,
+        url: str,
+        chunk: list[Delivery],
+        entry: Callable[[Delivery, int], dict[str, Any]],
+    ) -> tuple[list[Delivery], list[str]]:
+        """One batch request: (deliveries SQS refused as stale, other failures)."""
+        out = self._call(
+            operation, QueueUrl=url, Entries=[entry(d, i) for i, d in enumerate(chunk)]
+        )
+        stale: list[Delivery] = []
+        errors: list[str] = []
+        for f in out.get("Failed", []):
+            d = chunk[int(f["Id"])]
+            if f.get("Code") in _STALE_CODES:
+                d.receipt.settled = True
+                stale.append(d)
+            else:
+                errors.append(f"{d.message_id}: {f.get('Code')}: {f.get('Message', '')}")
+        return stale, errors
 
     # -- dead letters ----------------------------------------------------------------------
     def _peek(self, url: str) -> list[dict[str, Any]]:
@@ -841,6 +940,13 @@ def _chunks(entries: list[dict[str, Any]], max_bytes: int) -> Iterable[list[dict
         size += s
     if chunk:
         yield chunk
+
+
+def _by_queue_url(deliveries: Iterable[Delivery]) -> dict[str, list[Delivery]]:
+    by_url: dict[str, list[Delivery]] = {}
+    for d in deliveries:
+        by_url.setdefault(d.receipt.queue_url, []).append(d)
+    return by_url
 
 
 def _slices(items: list[Any], n: int) -> Iterable[list[Any]]:
