@@ -1,33 +1,40 @@
-"""SQS benchmark: ackwise vs Celery's SQS transport, in one run, on one moto server.
+"""SQS benchmark: ackwise vs Celery's SQS transport, in one run, on one moto server.  See
+``bench/README.md`` for the method.
 
-    uv run --group bench python bench/sqs.py [--runs 3] [--tasks 300] [--out bench/results-sqs.md]
+    uv run --group bench python bench/sqs.py [--runs 3] [--tasks 3000]
+                                             [--out bench/results-sqs.md] [--only PREFIXES]
+                                             [--stock-moto]
 
-Per run and system: enqueue ``--tasks`` no-op tasks, one ``delay()`` call per task (tasks/s);
-then one worker process drains them (tasks started per second, first to last start, read from
-a file the tasks append to, so the driver asks SQS nothing meanwhile); SQS API calls are counted
-at the moto server (its request log) over the enqueue and over the drain.  Medians of the runs.
-moto's request cost grows with queue depth (PEERS.md), so the figures measure moto as much as
-the clients, and the queue is kept shallow.
+Enqueue cells: one call per task (``delay()``), and ackwise's ``send_many`` (``SendMessageBatch``,
+10 per call); tasks/s and SQS API calls per task.  Drain cells: a queue pre-filled with
+``--tasks`` no-op tasks, one worker process; tasks started per second (first to last start, at
+most 10 s), worker and moto CPU per task, SQS API calls per task (counted at moto: one request
+log line each, from the worker's start to its stop).  Medians of ``--runs``.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import os
-import platform
-import signal
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR / "sqsbench"))
+
+import argparse  # noqa: E402
+import base64  # noqa: E402
+import datetime as dt  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import shlex  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
+
 for _name, _value in (
     ("AWS_ACCESS_KEY_ID", "testing"),
     ("AWS_SECRET_ACCESS_KEY", "testing"),
@@ -35,237 +42,399 @@ for _name, _value in (
 ):
     os.environ.setdefault(_name, _value)
 
-from ackwise import App  # noqa: E402
-from ackwise_conformance.brokers import BrokerHandle, provide  # noqa: E402
+import _common  # noqa: E402  (embedded.Drain, startlog, CPU sampling: the method of redis.py)
+import boto3  # noqa: E402
+import sqs_tasks  # noqa: E402
+from _common import Cell, Drain  # noqa: E402
 
-QUEUE = "bench"
-DRAIN_TIMEOUT = 300.0
-CELERY = "celery, threads x8, defaults (early ack, prefetch x4)"
-CELERY_LATE = "celery, prefork x1, acks_late, prefetch x1"
-SYSTEMS = ("ackwise", CELERY, CELERY_LATE)
+from ackwise_conformance.brokers import provide  # noqa: E402
+
+#: Enqueue cells stop after this many seconds even when not all tasks were sent.
+ENQUEUE_CAP = 5.0
+PREFILL_BATCH = 500
+WORKER_ENV = {"PYTHONPATH": str(BENCH_DIR / "sqsbench")}
 
 
+# -- the broker -----------------------------------------------------------------------------
+class Broker:
+    """moto's server as the suite runs it (``ackwise_conformance.moto_server``), on a free port.
+
+    Requests are counted from moto's request log (werkzeug writes one line per request).
+    Every cell uses a queue of its own, deleted (with ackwise's dead-letter queue) after it.
+    """
+
+    def __init__(self, tmp: Path) -> None:
+        self.handle: Any = provide("sqs", tmp_dir=tmp)
+        self.port: int = self.handle.port
+        self.url: str = self.handle.url
+        self.celery_url = f"sqs://testing:testing@127.0.0.1:{self.port}"
+        self.pid: int = self.handle._server.proc.pid
+        self._log: Path = self.handle._server.log_path
+        self._read = 0
+        self._count = 0
+        self.client = boto3.client(
+            "sqs", endpoint_url=f"http://127.0.0.1:{self.port}", region_name="us-east-1"
+        )
+
+    def requests(self) -> int:
+        """Requests moto has answered so far."""
+        with self._log.open("rb") as f:
+            f.seek(self._read)
+            data = f.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        self._read += len(complete)
+        self._count += complete.count(b'"POST ')
+        return self._count
+
+    def queue_url(self, name: str) -> str:
+        return str(self.client.get_queue_url(QueueName=name)["QueueUrl"])
+
+    def left(self, name: str) -> int:
+        attrs = self.client.get_queue_attributes(
+            QueueUrl=self.queue_url(name),
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return sum(int(v) for v in attrs.values())
+
+    def delete(self, name: str) -> None:
+        for q in (name, f"{name}-dlq"):
+            try:
+                self.client.delete_queue(QueueUrl=self.queue_url(q))
+            except self.client.exceptions.QueueDoesNotExist:
+                pass
+
+    def stop(self) -> None:
+        self.handle.stop()
+
+
+def _cell_queue(kind: str) -> str:
+    return f"bench-{kind}-{uuid.uuid4().hex[:10]}"
+
+
+# -- enqueue --------------------------------------------------------------------------------
+def _timed(b: Broker, send: Callable[[], int], tasks: int) -> tuple[float, float]:
+    """(tasks/s, API calls per task) of ``send`` called until ``tasks`` were sent or the cap."""
+    sent = 0
+
+    def counted() -> int:
+        nonlocal sent
+        n = send()
+        sent += n
+        return n
+
+    before = b.requests()
+    rate = _common.timed(counted, tasks, ENQUEUE_CAP)
+    time.sleep(0.2)  # moto writes its log line after the answer
+    return rate, (b.requests() - before) / max(1, sent)
+
+
+def enq_ackwise(b: Broker, tasks: int, batch: bool) -> tuple[float, float]:
+    queue = _cell_queue("enq")
+    app = sqs_tasks.make_ackwise_app(b.url, queue)
+    try:
+        app.bench_noop.delay()  # declares the queue before the clock starts
+        if not batch:
+            return _timed(b, _common.hundred(app.bench_noop.delay), tasks)
+
+        def many() -> int:
+            app.send_many([app.bench_noop.s() for _ in range(PREFILL_BATCH)])
+            return PREFILL_BATCH
+
+        return _timed(b, many, tasks)
+    finally:
+        app.close()
+        b.delete(queue)
+
+
+def enq_celery(b: Broker, tasks: int) -> tuple[float, float]:
+    queue = _cell_queue("enq")
+    app = sqs_tasks.make_celery_app(b.celery_url, queue)
+    try:
+        app.bench_noop.delay()  # creates the queue before the clock starts
+        return _timed(b, _common.hundred(app.bench_noop.delay), tasks)
+    finally:
+        app.close()
+        b.delete(queue)
+
+
+# -- prefill --------------------------------------------------------------------------------
+def prefill_ackwise(b: Broker, queue: str, tasks: int) -> None:
+    app = sqs_tasks.make_ackwise_app(b.url, queue)
+    try:
+        for i in range(0, tasks, PREFILL_BATCH):
+            app.send_many([app.bench_noop.s() for _ in range(min(PREFILL_BATCH, tasks - i))])
+    finally:
+        app.close()
+
+
+def prefill_celery(b: Broker, queue: str, tasks: int) -> None:
+    """Publish one task through Celery, then copy its message with fresh task ids."""
+    app = sqs_tasks.make_celery_app(b.celery_url, queue)
+    try:
+        app.bench_noop.delay()
+    finally:
+        app.close()
+    url = b.queue_url(queue)
+    got = b.client.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=1, WaitTimeSeconds=5, MessageAttributeNames=["All"]
+    )["Messages"][0]
+    b.client.delete_message(QueueUrl=url, ReceiptHandle=got["ReceiptHandle"])
+    template = json.loads(base64.b64decode(got["Body"]))
+    attributes = got.get("MessageAttributes")
+
+    def fresh() -> str:
+        tid = str(uuid.uuid4())
+        m = json.loads(json.dumps(template))
+        m["headers"].update(id=tid, root_id=tid)
+        m["properties"]["correlation_id"] = tid
+        return base64.b64encode(json.dumps(m).encode()).decode()
+
+    for i in range(0, tasks, 10):
+        entries: list[dict[str, Any]] = [
+            {"Id": str(j), "MessageBody": fresh()} for j in range(min(10, tasks - i))
+        ]
+        if attributes:
+            for e in entries:
+                e["MessageAttributes"] = attributes
+        b.client.send_message_batch(QueueUrl=url, Entries=entries)
+
+
+# -- workers --------------------------------------------------------------------------------
+def worker_cmd(system: str, pool: str, concurrency: int, queue: str) -> list[str]:
+    py = sys.executable
+    if system == "ackwise":
+        return [
+            *(py, "-m", "ackwise", "--loglevel", "WARNING", "worker", "sqs_tasks:ackwise_app"),
+            *("--pool", pool, "-c", str(concurrency), "--lease", "30"),
+        ]
+    return [
+        *(py, "-m", "celery", "-A", "sqs_tasks:celery_app", "worker", "-l", "WARNING"),
+        *("-P", pool, "-c", str(concurrency), "-Q", queue),
+        *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+    ]
+
+
+def drain(
+    b: Broker,
+    system: str,
+    pool: str,
+    concurrency: int,
+    tasks: int,
+    cell: Path,
+    late: bool = True,
+    prefetch: int = 4,
+) -> tuple[Drain, float, float]:
+    """(drain figures, moto CPU µs per task, API calls per task) of one drain cell."""
+    queue = _cell_queue("drain")
+    url = b.url if system == "ackwise" else b.celery_url
+    try:
+        (prefill_ackwise if system == "ackwise" else prefill_celery)(b, queue, tasks)
+        env = dict(WORKER_ENV)
+        env.update(
+            SQS_BENCH_SYSTEM=system,
+            SQS_BENCH_URL=url,
+            SQS_BENCH_QUEUE=queue,
+            SQS_BENCH_CELERY_LATE="1" if late else "",
+            SQS_BENCH_CELERY_PREFETCH=str(prefetch),
+        )
+        before = b.requests()
+        w = _common.start_worker(worker_cmd(system, pool, concurrency, queue), env, cell)
+        result, moto_us = _common.follow_drain(w, tasks, f"{system} {pool} x{concurrency}", b.pid)
+        calls = (b.requests() - before) / max(1, result.started)
+        result.left = b.left(queue)
+        return result, moto_us, calls
+    finally:
+        b.delete(queue)
+
+
+# -- the plan -------------------------------------------------------------------------------
 @dataclass
-class Cell:
-    enqueue_rate: float
-    enqueue_calls: float  # API calls per task while enqueueing
-    drain_rate: float
-    drain_calls: float  # API calls per task while draining
+class SQSCell(Cell):
+    calls: list[float] = field(default_factory=list)  # SQS API calls per task
 
 
-def requests(handle: BrokerHandle) -> int:
-    """Requests moto has answered so far (werkzeug logs one line per request)."""
-    log = handle._server.log_path  # type: ignore[union-attr]
-    return sum(1 for line in log.read_text(errors="replace").splitlines() if '"POST ' in line)
+def plan() -> list[SQSCell]:
+    cells = [
+        SQSCell("enq-ackwise", "enqueue", "ackwise", "`delay()`, one call per task",
+                lambda b, cell, n: enq_ackwise(b, n, batch=False)),
+        SQSCell("enq-ackwise-batch", "enqueue", "ackwise",
+                f"`send_many`, chunks of {PREFILL_BATCH} (`SendMessageBatch`, 10 per call)",
+                lambda b, cell, n: enq_ackwise(b, n, batch=True)),
+        SQSCell("enq-celery", "enqueue", "celery", "`delay()`, one call per task",
+                lambda b, cell, n: enq_celery(b, n)),
+    ]  # fmt: skip
+    drains: list[tuple[str, str, int, bool, int, str]] = [
+        ("ackwise", "threads", 8, True, 0, "threads x8, late ack, prefetch auto (4 x c)"),
+        ("celery", "threads", 8, False, 4, "threads x8, defaults: early ack, prefetch x4"),
+        ("celery", "threads", 8, True, 1, "threads x8, acks_late, prefetch x1"),
+        ("ackwise", "prefork", 1, True, 0, "prefork x1, late ack, prefetch auto (4 x c)"),
+        ("celery", "prefork", 1, False, 4, "prefork x1, defaults: early ack, prefetch x4"),
+        ("celery", "prefork", 1, True, 1, "prefork x1, acks_late, prefetch x1"),
+    ]
+    for system, pool, c, late, prefetch, text in drains:
+        key = f"drain-{system}-{pool}-{c}" + (
+            "" if system == "ackwise" else f"-{'late' if late else 'early'}"
+        )
+        cells.append(
+            SQSCell(
+                key,
+                "drain",
+                system,
+                text,
+                lambda b, cell, n, system=system, pool=pool, c=c, late=late, prefetch=prefetch: (
+                    drain(b, system, pool, c, n, cell, late=late, prefetch=prefetch)
+                ),
+            )
+        )
+    return cells
 
 
-def _wait_starts(path: Path, n: int, proc: subprocess.Popen[bytes]) -> list[float]:
-    deadline = time.monotonic() + DRAIN_TIMEOUT
-    while time.monotonic() < deadline:
-        if path.exists():
-            starts = [float(x) for x in path.read_text().split()]
-            if len(starts) >= n:
-                return starts
-        if proc.poll() is not None:
-            raise RuntimeError(f"worker exited with {proc.returncode}")
-        time.sleep(0.05)
-    raise TimeoutError(f"{n} tasks did not start within {DRAIN_TIMEOUT}s")
-
-
-def _rate(starts: list[float]) -> float:
-    starts = sorted(starts)
-    return (len(starts) - 1) / max(starts[-1] - starts[0], 1e-9)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
-
-
-def run_ackwise(handle: BrokerHandle, n: int, tmp: Path) -> Cell:
-    prefix = f"a{uuid.uuid4().hex[:8]}-"
-    url = f"{handle.url}&prefix={prefix}"
-    starts = tmp / f"{prefix}starts"
-    app = App("bench-sqs", broker=url)
-
-    @app.task(name="bench.noop", queue=QUEUE)
-    def noop(i: int) -> None:
-        pass
-
-    noop.delay(-1)  # declares the queue; drained with the rest
-    before = requests(handle)
-    t0 = time.perf_counter()
-    for i in range(n - 1):
-        noop.delay(i)
-    enqueue = (n - 1) / (time.perf_counter() - t0)
-    enqueue_calls = (requests(handle) - before) / (n - 1)
-    app.close()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(BENCH_DIR / "sqsbench"),
-        "BENCH_SQS_ACKWISE_URL": url,
-        "BENCH_SQS_STARTS": str(starts),
-        "BENCH_SQS_QUEUE": QUEUE,
-    }
-    before = requests(handle)
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "ackwise", "--loglevel", "WARNING", "worker", "sqs_tasks:app"),
-            *("-Q", QUEUE, "--pool", "threads", "-c", "8", "--lease", "30"),
-        ],
-        env=env,
-        stdin=subprocess.DEVNULL,
+# -- report ---------------------------------------------------------------------------------
+def _ratio(cells: dict[str, SQSCell], mine: str, peers: list[str]) -> str:
+    a = cells.get(mine)
+    have = [cells[k] for k in peers if k in cells and cells[k].values]
+    if a is None or not a.values or not have:
+        return "-"
+    best = max(have, key=lambda c: c.median)
+    return (
+        f"**{a.median / best.median:.1f}x** the best of them ({best.config}: {best.median:,.1f}/s)"
     )
-    try:
-        got = _wait_starts(starts, n, proc)
-        # The last acks and the idle poll after them belong to the drain too.
-        time.sleep(1.0)
-    finally:
-        _stop(proc)
-    return Cell(enqueue, enqueue_calls, _rate(got), (requests(handle) - before) / n)
 
 
-def run_celery(handle: BrokerHandle, n: int, tmp: Path, *, late: bool = False) -> Cell:
-    prefix = f"c{uuid.uuid4().hex[:8]}-"
-    starts = tmp / f"{prefix}starts"
-    port = handle.port
-    celery_url = f"sqs://testing:testing@127.0.0.1:{port}"
-    os.environ.update(
-        BENCH_SQS_CELERY_URL=celery_url,
-        BENCH_SQS_CELERY_PREFIX=prefix,
-        BENCH_SQS_QUEUE=QUEUE,
-        BENCH_SQS_STARTS=str(starts),
-        BENCH_SQS_CELERY_LATE="1" if late else "",
-    )
-    import importlib
-
-    import sqs_tasks
-
-    importlib.reload(sqs_tasks)
-    task = sqs_tasks.celery_noop
-    task.delay(-1)  # creates the queue
-    before = requests(handle)
-    t0 = time.perf_counter()
-    for i in range(n - 1):
-        task.delay(i)
-    enqueue = (n - 1) / (time.perf_counter() - t0)
-    enqueue_calls = (requests(handle) - before) / (n - 1)
-    env = {**os.environ, "PYTHONPATH": str(BENCH_DIR / "sqsbench")}
-    before = requests(handle)
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "celery", "-A", "sqs_tasks:celery_app", "worker"),
-            *("-l", "WARNING", "-Q", QUEUE),
-            *(("-P", "prefork", "-c", "1") if late else ("-P", "threads", "-c", "8")),
-            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-        ],
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        got = _wait_starts(starts, n, proc)
-        time.sleep(1.0)
-    finally:
-        _stop(proc)
-    return Cell(enqueue, enqueue_calls, _rate(got), (requests(handle) - before) / n)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--tasks", type=int, default=300)
-    parser.add_argument("--out", default=str(BENCH_DIR / "results-sqs.md"))
-    args = parser.parse_args()
-    started = time.monotonic()
-    results: dict[str, list[Cell]] = {name: [] for name in SYSTEMS}
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        handle = provide("sqs", tmp_dir=tmp)
-        try:
-            for run in range(args.runs):
-                for system in SYSTEMS:
-                    if system == "ackwise":
-                        cell = run_ackwise(handle, args.tasks, tmp)
-                    else:
-                        cell = run_celery(handle, args.tasks, tmp, late=system == CELERY_LATE)
-                    results[system].append(cell)
-                    print(f"run {run + 1} {system}: {cell}", flush=True)
-        finally:
-            handle.stop()
-    write(args, results, time.monotonic() - started)
-
-
-def _med(cells: list[Cell], field: str) -> float:
-    return statistics.median(getattr(c, field) for c in cells)
-
-
-def _runs(cells: list[Cell], field: str, fmt: str) -> str:
-    return ", ".join(format(getattr(c, field), fmt) for c in cells)
-
-
-def write(args: argparse.Namespace, results: dict[str, list[Cell]], took: float) -> None:
-    from importlib.metadata import version
-
-    a, c, cl = results["ackwise"], results[CELERY], results[CELERY_LATE]
-    git = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=BENCH_DIR
-    ).stdout.strip()
-    drain_ratio = _med(a, "drain_rate") / _med(c, "drain_rate")
-    late_ratio = _med(a, "drain_rate") / _med(cl, "drain_rate")
+def render(
+    cells: list[SQSCell], args: argparse.Namespace, took: float, where: str, git: str
+) -> str:
+    by = {c.key: c for c in cells if c.values}
     lines = [
         "# SQS benchmark: ackwise vs Celery's SQS transport (same run, same moto server)",
         "",
         f"Run {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, git {git}, CPython "
-        f"{platform.python_version()}, {os.cpu_count()} CPUs; moto {version('moto')} server "
-        "(ackwise_conformance.moto_server) on a free port, over HTTP; "
-        f"{args.runs} run(s), {args.tasks} tasks per cell, {took / 60:.1f} min.",
+        f"{platform.python_version()}, {os.cpu_count()} CPUs; {where}; {args.runs} run(s), "
+        f"{args.tasks:,} tasks per drain, {took / 60:.1f} min.",
         "",
-        f"Versions: ackwise {version('ackwise')}, boto3 {version('boto3')}, celery "
-        f"{version('celery')}, kombu {version('kombu')}.",
+        f"Versions: ackwise {_common.version('ackwise')}, boto3 {_common.version('boto3')}, "
+        f"moto {_common.version('moto')}, celery {_common.version('celery')}, kombu "
+        f"{_common.version('kombu')}.",
         "",
-        f"Rerun: `uv run --group bench python bench/sqs.py --runs {args.runs} --tasks "
-        f"{args.tasks}`",
+        f"Rerun: `uv run --group bench python bench/{shlex.join(sys.argv).split('bench/', 1)[-1]}`",
         "",
-        "One worker process each. ackwise: threads x8, late ack (its default: at least once), "
-        "lease 30 s, prefetch 32 (default 4 x concurrency). Celery: threads x8 with its defaults "
-        "(early ack: at most once), and prefork x1 with acks_late and prefetch x1 (at least once,"
-        " the PEERS.md configuration); `wait_time_seconds=1`, `polling_interval=0`. "
-        "API calls are counted at moto (one request"
-        " log line each), over the enqueue and over the drain (worker start to its stop, which"
-        " includes its start-up calls and one idle poll).",
+        "Enqueue: one producer, tasks/s (at most "
+        f"{ENQUEUE_CAP:.0f} s), SQS API calls per task counted at moto.",
         "",
-        "| system | enqueue tasks/s | API calls/task (enqueue) | drain tasks/s | API calls/task "
-        "(drain) | runs (drain tasks/s) |",
-        "|---|---:|---:|---:|---:|---|",
+        "| system | how | tasks/s | API calls/task | runs |",
+        "|---|---|---:|---:|---|",
     ]
-    for name, cells in results.items():
-        lines.append(
-            f"| {name} | {_med(cells, 'enqueue_rate'):,.0f} | {_med(cells, 'enqueue_calls'):.2f}"
-            f" | {_med(cells, 'drain_rate'):,.1f} | {_med(cells, 'drain_calls'):.3f} | "
-            f"{_runs(cells, 'drain_rate', ',.1f')} |"
-        )
-    calls = _med(a, "drain_calls")
+    for c in cells:
+        if c.kind == "enqueue" and c.values:
+            lines.append(
+                f"| {c.system} | {c.config} | {c.median:,.0f} | {c.median_of(c.calls) or 0:.2f} "
+                f"| {_common.runs(c.values)} |"
+            )
     lines += [
         "",
-        "Against the issue's targets:",
+        f"Drain: a queue pre-filled with {args.tasks:,} no-op tasks, one worker process; tasks "
+        "started per second (first to last start, at most 10 s); worker and moto CPU per task "
+        "over the same span; SQS API calls per task from the worker's start to its stop (its "
+        "start-up calls included). Celery: `wait_time_seconds=1`, `polling_interval=0` (faster "
+        "than its defaults).",
         "",
-        f"- drain ≥ 3x Celery's: ackwise / Celery (threads x8, early ack) = **{drain_ratio:.1f}x** "
-        f"({'met' if drain_ratio >= 3 else 'not met'}); ackwise / Celery (prefork x1, acks_late, "
-        f"prefetch x1) = **{late_ratio:.1f}x** ({'met' if late_ratio >= 3 else 'not met'})",
-        f"- ≤ 0.5 SQS API calls per task at steady load: ackwise **{calls:.3f}** "
-        f"({'met' if calls <= 0.5 else 'not met'}); Celery {_med(c, 'drain_calls'):.3f} and "
-        f"{_med(cl, 'drain_calls'):.3f}",
-        f"- enqueue (one call per task, no target): ackwise / Celery = "
-        f"{_med(a, 'enqueue_rate') / _med(c, 'enqueue_rate'):.2f}x",
-        "",
+        "| system | configuration | tasks/s | worker CPU µs/task | moto CPU µs/task | API "
+        "calls/task | runs (tasks/s) |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
-    Path(args.out).write_text("\n".join(lines))
-    print("\n".join(lines))
+    for c in cells:
+        if c.kind == "drain" and c.values:
+            lines.append(
+                f"| {c.system} | {c.config} | {c.median:,.1f} | {_common.fmt(c.median_of(c.cpu))} "
+                f"| {_common.fmt(c.median_of(c.extra))} | {c.median_of(c.calls) or 0:.3f} | "
+                f"{_common.runs(c.values, '{:,.1f}')} |"
+            )
+    threads = ["drain-celery-threads-8-early", "drain-celery-threads-8-late"]
+    prefork = ["drain-celery-prefork-1-early", "drain-celery-prefork-1-late"]
+    calls = (
+        by["drain-ackwise-threads-8"].median_of(by["drain-ackwise-threads-8"].calls)
+        if "drain-ackwise-threads-8" in by
+        else None
+    )
+    lines += [
+        "",
+        "Against the issue's targets (drain ≥ 3x Celery's, ≤ 0.5 SQS API calls per task):",
+        "",
+        f"- ackwise threads x8 vs Celery threads x8: {_ratio(by, 'drain-ackwise-threads-8', threads)}",
+        f"- ackwise threads x8 vs every Celery configuration: {_ratio(by, 'drain-ackwise-threads-8', threads + prefork)}",
+        f"- ackwise prefork x1 vs Celery prefork x1: {_ratio(by, 'drain-ackwise-prefork-1', prefork)}",
+        f"- SQS API calls per task, ackwise threads x8 draining: **{calls:.3f}**" if calls is not None else "- API calls: -",
+    ]  # fmt: skip
+    notes = [n for c in cells for n in c.notes]
+    if notes:
+        lines += ["", "Notes:", "", *[f"- {n}" for n in notes]]
+    return "\n".join(lines) + "\n"
+
+
+def _git() -> str:
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=BENCH_DIR
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "."],
+        capture_output=True,
+        text=True,
+        cwd=BENCH_DIR.parent,
+    ).stdout.strip()
+    return f"{out}{' (uncommitted changes)' if dirty else ''}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=3000)
+    parser.add_argument("--out", default=str(BENCH_DIR / "results-sqs.md"))
+    parser.add_argument("--only", default="", help="comma-separated cell key prefixes")
+    parser.add_argument(
+        "--stock-moto",
+        action="store_true",
+        help="moto's own bookkeeping (its cost grows with queue depth); receives stay atomic",
+    )
+    args = parser.parse_args()
+    if args.stock_moto:
+        os.environ["ACKWISE_MOTO_BOOKKEEPING"] = "stock"
+    where = (
+        "moto's server (`ackwise_conformance.moto_server`: atomic receives"
+        + (
+            "; **stock moto bookkeeping**, whose cost grows with the queue's depth)"
+            if args.stock_moto
+            else ", bookkeeping whose cost does not grow with the queue's depth)"
+        )
+        + " on a free port, over HTTP"
+    )
+    cells = _common.select(plan(), args.only)  # type: ignore[arg-type]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        b = Broker(tmp)
+        try:
+            for run in range(1, args.runs + 1):
+                for c in cells:
+                    cell_dir = tmp / f"{c.key}-{run}"
+                    cell_dir.mkdir()
+                    if c.kind == "enqueue":
+                        rate, calls = c.run(b, cell_dir, args.tasks)
+                        c.values.append(rate)
+                        c.calls.append(calls)
+                        shown = f"{rate:,.0f}/s, {calls:.2f} calls/task"
+                    else:
+                        result, moto_us, calls = c.run(b, cell_dir, args.tasks)
+                        shown = _common.record_drain(c, result, moto_us, run, args.tasks)
+                        c.calls.append(calls)
+                        shown += f", {calls:.3f} calls/task"
+                    print(f"run {run} {c.key}: {shown}", flush=True)
+        finally:
+            b.stop()
+    text = render(cells, args, time.monotonic() - started, where, _git())  # type: ignore[arg-type]
+    Path(args.out).write_text(text)
+    print(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,53 +1,96 @@
-"""Worker-side tasks of bench/sqs.py: one no-op task for ackwise and one for Celery.
+"""The tasks of ``bench/sqs.py``: one no-op task for ackwise and one for Celery, on one moto.
 
-Each task appends its start time to ``$BENCH_SQS_STARTS`` (one ``write()`` on an ``O_APPEND``
-file), so the driver counts starts without asking SQS (which would add API calls).
+Every worker imports this module (``PYTHONPATH=bench/sqsbench``); the system, the URL and the
+queue come from ``$SQS_BENCH_SYSTEM``, ``$SQS_BENCH_URL`` and ``$SQS_BENCH_QUEUE``; Celery's
+configuration (ack mode, prefetch) from ``$SQS_BENCH_CELERY_LATE`` and
+``$SQS_BENCH_CELERY_PREFETCH``.  The task body records its start time with ``startlog`` (one
+``time.time()`` and one ``list.append``; a thread flushes them to ``$BENCH_STARTS_DIR``), as in
+the other benchmarks, so the driver follows the drain without asking SQS anything.
 """
 
 from __future__ import annotations
 
 import os
-import time
+import sys
+import threading
+from pathlib import Path
 
-from celery import Celery
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # startlog lives in bench/
 
-from ackwise import App
-
-STARTS = os.environ.get("BENCH_SQS_STARTS", "/dev/null")
-
-
-def _started() -> None:
-    fd = os.open(STARTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{time.time():.6f}\n".encode())
-    finally:
-        os.close(fd)
+import startlog
 
 
-app = App("bench-sqs", broker=os.environ.get("BENCH_SQS_ACKWISE_URL", "memory://"))
+def _flush_in_forked_child() -> None:
+    # Celery's prefork pool forks its workers: the startlog flusher thread of the parent does
+    # not survive fork(), so each child starts its own.
+    directory = os.environ.get("BENCH_STARTS_DIR")
+    if directory:
+        startlog.reset()
+        threading.Thread(
+            target=startlog._flusher, args=(directory,), name="bench-startlog", daemon=True
+        ).start()
 
 
-@app.task(name="bench.noop", queue=os.environ.get("BENCH_SQS_QUEUE", "bench"))
-def noop(i: int) -> None:
-    _started()
+os.register_at_fork(after_in_child=_flush_in_forked_child)
+
+URL = os.environ.get("SQS_BENCH_URL", "")
+QUEUE = os.environ.get("SQS_BENCH_QUEUE", "bench")
+mark = startlog.mark
 
 
-celery_app = Celery("bench_sqs", broker=os.environ.get("BENCH_SQS_CELERY_URL", "memory://"))
-celery_app.conf.update(
-    broker_transport_options={
-        "region": "us-east-1",
-        "is_secure": False,
-        "queue_name_prefix": os.environ.get("BENCH_SQS_CELERY_PREFIX", ""),
-        "wait_time_seconds": 1,
-        "polling_interval": 0,
-    },
-    task_default_queue=os.environ.get("BENCH_SQS_QUEUE", "bench"),
-    task_acks_late=bool(os.environ.get("BENCH_SQS_CELERY_LATE")),
-    worker_prefetch_multiplier=1 if os.environ.get("BENCH_SQS_CELERY_LATE") else 4,
-    worker_hijack_root_logger=False,
+def make_ackwise_app(url: str = URL, queue: str = QUEUE):  # type: ignore[no-untyped-def]
+    import ackwise
+
+    app = ackwise.App("bench-sqs", broker=url)
+
+    @app.task(name="bench.noop", queue=queue)  # Ack.LATE, the default
+    def noop() -> None:
+        mark()
+
+    app.bench_noop = noop
+    return app
+
+
+def make_celery_app(  # type: ignore[no-untyped-def]
+    url: str = URL, queue: str = QUEUE, late: bool = False, prefetch: int = 4
+):
+    """Celery on kombu's SQS transport; ``url`` is ``sqs://key:secret@host:port``."""
+    from celery import Celery
+
+    app = Celery("bench_sqs", broker=url)
+    app.conf.update(
+        broker_transport_options={
+            "region": "us-east-1",
+            "is_secure": False,
+            # Faster than Celery's defaults (wait 10 s, poll every 1 s): a waiting worker
+            # notices new messages sooner.
+            "wait_time_seconds": 1,
+            "polling_interval": 0,
+        },
+        task_default_queue=queue,
+        task_acks_late=late,
+        task_ignore_result=True,
+        worker_prefetch_multiplier=prefetch,
+        worker_hijack_root_logger=False,
+        broker_connection_retry_on_startup=True,
+    )
+
+    @app.task(name="bench.noop")
+    def noop() -> None:
+        mark()
+
+    app.bench_noop = noop
+    return app
+
+
+_SYSTEM = os.environ.get("SQS_BENCH_SYSTEM", "")
+# Only the system a worker runs is built (each CLI imports this module and takes one name).
+ackwise_app = make_ackwise_app() if _SYSTEM == "ackwise" else None
+celery_app = (
+    make_celery_app(
+        late=os.environ.get("SQS_BENCH_CELERY_LATE") == "1",
+        prefetch=int(os.environ.get("SQS_BENCH_CELERY_PREFETCH", "4")),
+    )
+    if _SYSTEM == "celery"
+    else None
 )
-
-
-@celery_app.task(name="bench.celery_noop")
-def celery_noop(i: int) -> None:
-    _started()
