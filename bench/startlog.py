@@ -7,7 +7,9 @@ When ``$BENCH_STARTS_DIR`` is set, a daemon thread appends the new timestamps ev
 ``FLUSH_EVERY`` seconds to ``$BENCH_STARTS_DIR/<pid>.f64`` (raw little-endian float64), so the
 benchmark driver can follow the drain from outside without touching the broker, and prefork
 children (which leave with ``os._exit``) lose nothing: the driver waits one flush interval
-before it stops the worker.  In-process runs (``memory://``) read :data:`starts` directly.
+before it stops the worker.  A process forked from one that imported this module (Celery's
+prefork pool, Dramatiq, Taskiq) starts a flusher of its own.  In-process runs (``memory://``)
+read :data:`starts` directly.
 """
 
 from __future__ import annotations
@@ -79,6 +81,20 @@ def count_dir(directory: str) -> int:
     return total
 
 
-_dir = os.environ.get("BENCH_STARTS_DIR")
-if _dir:
-    threading.Thread(target=_flusher, args=(_dir,), name="bench-startlog", daemon=True).start()
+def _start_flusher() -> None:
+    directory = os.environ.get("BENCH_STARTS_DIR")
+    if directory:
+        threading.Thread(
+            target=_flusher, args=(directory,), name="bench-startlog", daemon=True
+        ).start()
+
+
+def _after_fork_in_child() -> None:
+    # Pools that fork their workers (Celery's prefork, Dramatiq, Taskiq): the parent's flusher
+    # thread does not survive fork(), and its unflushed starts are the parent's to write.
+    reset()
+    _start_flusher()
+
+
+_start_flusher()
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -19,20 +18,6 @@ from pathlib import Path
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 import startlog
-
-
-def _flush_in_forked_child() -> None:
-    # Celery's prefork pool, Dramatiq and Taskiq fork their worker processes: the startlog
-    # flusher thread of the parent does not survive fork(), so each child starts its own.
-    directory = os.environ.get("BENCH_STARTS_DIR")
-    if directory:
-        startlog.reset()
-        threading.Thread(
-            target=startlog._flusher, args=(directory,), name="bench-startlog", daemon=True
-        ).start()
-
-
-os.register_at_fork(after_in_child=_flush_in_forked_child)
 
 URL = os.environ.get("REDIS_BENCH_URL", "redis://127.0.0.1:6379/15")
 QUEUE = os.environ.get("REDIS_BENCH_QUEUE", "bench")

@@ -12,26 +12,11 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # startlog lives in bench/
 
 import startlog
-
-
-def _flush_in_forked_child() -> None:
-    # Celery's prefork pool forks its workers: the startlog flusher thread of the parent does
-    # not survive fork(), so each child starts its own.
-    directory = os.environ.get("BENCH_STARTS_DIR")
-    if directory:
-        startlog.reset()
-        threading.Thread(
-            target=startlog._flusher, args=(directory,), name="bench-startlog", daemon=True
-        ).start()
-
-
-os.register_at_fork(after_in_child=_flush_in_forked_child)
 
 URL = os.environ.get("SQS_BENCH_URL", "")
 QUEUE = os.environ.get("SQS_BENCH_QUEUE", "bench")
