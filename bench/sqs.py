@@ -264,10 +264,24 @@ def plan() -> list[SQSCell]:
                 lambda b, cell, n: enq_celery(b, n)),
     ]  # fmt: skip
     drains: list[tuple[str, str, int, bool, int, str]] = [
-        ("ackwise", "threads", 8, True, 0, "threads x8, late ack, prefetch auto (4 x c)"),
+        (
+            "ackwise",
+            "threads",
+            8,
+            True,
+            0,
+            "threads x8, late ack, prefetch auto (4 x c, up to 64 while tasks are short)",
+        ),
         ("celery", "threads", 8, False, 4, "threads x8, defaults: early ack, prefetch x4"),
         ("celery", "threads", 8, True, 1, "threads x8, acks_late, prefetch x1"),
-        ("ackwise", "prefork", 1, True, 0, "prefork x1, late ack, prefetch auto (4 x c)"),
+        (
+            "ackwise",
+            "prefork",
+            1,
+            True,
+            0,
+            "prefork x1, late ack, prefetch auto (4 x c, up to 64 while tasks are short)",
+        ),
         ("celery", "prefork", 1, False, 4, "prefork x1, defaults: early ack, prefetch x4"),
         ("celery", "prefork", 1, True, 1, "prefork x1, acks_late, prefetch x1"),
     ]
