@@ -52,6 +52,8 @@ from ackwise_conformance.brokers import provide  # noqa: E402
 #: Enqueue cells stop after this many seconds even when not all tasks were sent.
 ENQUEUE_CAP = 5.0
 PREFILL_BATCH = 500
+#: ackwise's worker settings in every drain: its defaults.
+ACKWISE = "late ack, prefetch auto (4 x c, up to 64 while tasks are short)"
 WORKER_ENV = {"PYTHONPATH": str(BENCH_DIR / "sqsbench")}
 
 
@@ -264,24 +266,10 @@ def plan() -> list[SQSCell]:
                 lambda b, cell, n: enq_celery(b, n)),
     ]  # fmt: skip
     drains: list[tuple[str, str, int, bool, int, str]] = [
-        (
-            "ackwise",
-            "threads",
-            8,
-            True,
-            0,
-            "threads x8, late ack, prefetch auto (4 x c, up to 64 while tasks are short)",
-        ),
+        ("ackwise", "threads", 8, True, 0, f"threads x8, {ACKWISE}"),
         ("celery", "threads", 8, False, 4, "threads x8, defaults: early ack, prefetch x4"),
         ("celery", "threads", 8, True, 1, "threads x8, acks_late, prefetch x1"),
-        (
-            "ackwise",
-            "prefork",
-            1,
-            True,
-            0,
-            "prefork x1, late ack, prefetch auto (4 x c, up to 64 while tasks are short)",
-        ),
+        ("ackwise", "prefork", 1, True, 0, f"prefork x1, {ACKWISE}"),
         ("celery", "prefork", 1, False, 4, "prefork x1, defaults: early ack, prefetch x4"),
         ("celery", "prefork", 1, True, 1, "prefork x1, acks_late, prefetch x1"),
     ]
@@ -315,6 +303,15 @@ def _ratio(cells: dict[str, SQSCell], mine: str, peers: list[str]) -> str:
     )
 
 
+def _rows(cells: list[SQSCell], kind: str, figures: Callable[[SQSCell], list[str]]) -> list[str]:
+    """The table rows of the measured cells of one kind: system, configuration, figures."""
+    return [
+        "| " + " | ".join([c.system, c.config, *figures(c)]) + " |"
+        for c in cells
+        if c.kind == kind and c.values
+    ]
+
+
 def render(
     cells: list[SQSCell], args: argparse.Namespace, took: float, where: str, git: str
 ) -> str:
@@ -338,12 +335,11 @@ def render(
         "| system | how | tasks/s | API calls/task | runs |",
         "|---|---|---:|---:|---|",
     ]
-    for c in cells:
-        if c.kind == "enqueue" and c.values:
-            lines.append(
-                f"| {c.system} | {c.config} | {c.median:,.0f} | {c.median_of(c.calls) or 0:.2f} "
-                f"| {_common.runs(c.values)} |"
-            )
+    lines += _rows(
+        cells,
+        "enqueue",
+        lambda c: [f"{c.median:,.0f}", f"{c.median_of(c.calls) or 0:.2f}", _common.runs(c.values)],
+    )
     lines += [
         "",
         f"Drain: a queue pre-filled with {args.tasks:,} no-op tasks, one worker process; tasks "
@@ -356,13 +352,17 @@ def render(
         "calls/task | runs (tasks/s) |",
         "|---|---|---:|---:|---:|---:|---|",
     ]
-    for c in cells:
-        if c.kind == "drain" and c.values:
-            lines.append(
-                f"| {c.system} | {c.config} | {c.median:,.1f} | {_common.fmt(c.median_of(c.cpu))} "
-                f"| {_common.fmt(c.median_of(c.extra))} | {c.median_of(c.calls) or 0:.3f} | "
-                f"{_common.runs(c.values, '{:,.1f}')} |"
-            )
+    lines += _rows(
+        cells,
+        "drain",
+        lambda c: [
+            f"{c.median:,.1f}",
+            _common.fmt(c.median_of(c.cpu)),
+            _common.fmt(c.median_of(c.extra)),
+            f"{c.median_of(c.calls) or 0:.3f}",
+            _common.runs(c.values, "{:,.1f}"),
+        ],
+    )
     threads = ["drain-celery-threads-8-early", "drain-celery-threads-8-late"]
     prefork = ["drain-celery-prefork-1-early", "drain-celery-prefork-1-late"]
     calls = (
