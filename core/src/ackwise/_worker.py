@@ -424,8 +424,7 @@ class Worker:
                     elif len(acks) >= self._ack_batch():
                         # Whole broker requests where one is full; the rest waits for more
                         # (or its delay).  A smaller budget's threshold sends them all.
-                        keep = len(acks) % self._batch if len(acks) >= self._batch else 0
-                        self._ack(acks, keep=keep)
+                        self._ack(acks, keep=len(acks) - self._whole_batches(len(acks)))
                         if acks:
                             ack_due = now + self._ack_delay
                 # 5. fetch more
