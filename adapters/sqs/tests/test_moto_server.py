@@ -207,3 +207,25 @@ def test_receiving_records_the_handle_and_changes_what_motos_own_does(
                 impl(m, visibility_timeout=visibility)
         assert vars(mine) == vars(theirs)
         assert moto_server._BY_HANDLE.get(f"h{i}") is mine
+
+
+def test_request_routing_keeps_motos_answers() -> None:
+    """moto's module list and host -> backend routing, kept instead of worked out per request."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    modules = moto_server.ORIGINALS["backends.list_of_moto_modules"]
+    assert moto_server._list_of_moto_modules() == tuple(modules())
+    route = moto_server.ORIGINALS["DomainDispatcherApplication.get_backend_for_host"]
+    app = DomainDispatcherApplication(lambda service: None)
+    hosts = [
+        None,
+        "moto_api",
+        "sqs",
+        "127.0.0.1:5000",
+        "localhost",
+        "sqs.us-east-1.amazonaws.com",
+        "sqs.eu-west-1.amazonaws.com",
+        "s3.amazonaws.com",
+    ]
+    for host in hosts * 2:  # the second round answers from the kept routes
+        assert moto_server._get_backend_for_host(app, host) == route(app, host), host

@@ -118,8 +118,7 @@ def _messages(self: Queue) -> list[Message]:
 
 
 def _approximate_number_of_messages(self: Queue) -> int:
-    now = _moto.unix_time_millis()
-    return sum(1 for m in self._messages if now > m.visible_at and not now < m.delayed_until)
+    return len(_messages(self))
 
 
 def _approximate_number_of_messages_delayed(self: Queue) -> int:
@@ -145,14 +144,9 @@ def _is_message_valid_based_on_retention_period(
 # -- request routing: what moto works out anew for every request, from fixed inputs ----------
 # The installed moto's service folders: moto lists its package directory (an isdir() per
 # service, ~150) once or twice per request to route it.
-_MODULES: tuple[str, ...] | None = None
-
-
+@functools.cache
 def _list_of_moto_modules() -> tuple[str, ...]:
-    global _MODULES
-    if _MODULES is None:
-        _MODULES = tuple(ORIGINALS["backends.list_of_moto_modules"]())
-    return _MODULES
+    return tuple(ORIGINALS["backends.list_of_moto_modules"]())
 
 
 def _get_backend_for_host(self: DomainDispatcherApplication, host: str | None) -> Any:
