@@ -55,15 +55,21 @@ def _queue_url(adapter: SQSAdapter, queue: str) -> str:
     return adapter._queue(queue).url
 
 
-def _take(adapter: Adapter, queue: str, lease: float, timeout: float = 15.0) -> Any:
+def _take_n(
+    adapter: Adapter, queue: str, n: int, lease: float = 30.0, timeout: float = 15.0
+) -> list[Any]:
     got: list[Any] = []
 
-    def one() -> bool:
-        got.extend(adapter.receive(queue, max_messages=1, wait=1.0, lease=lease))
-        return bool(got)
+    def more() -> bool:
+        got.extend(adapter.receive(queue, max_messages=n - len(got), wait=1.0, lease=lease))
+        return len(got) >= n
 
-    eventually(one, timeout, description=f"a delivery from {queue}")
-    return got[0]
+    eventually(more, timeout, description=f"{n} deliveries from {queue}")
+    return got
+
+
+def _take(adapter: Adapter, queue: str, lease: float, timeout: float = 15.0) -> Any:
+    return _take_n(adapter, queue, 1, lease, timeout)[0]
 
 
 # -- long delays: DelaySeconds, then visibility ----------------------------------------------
@@ -508,20 +514,3 @@ def test_a_forked_child_opens_its_own_client_and_request_threads(
     assert os.waitstatus_to_exitcode(status) == 0
     st = adapter.stats(queue)  # the parent's adapter still works
     assert (st.ready, st.in_flight) == (0, 0)
-
-
-def _take_n(
-    adapter: Adapter, queue: str, n: int, lease: float = 30.0, timeout: float = 15.0
-) -> list[Any]:
-    got: list[Any] = []
-    eventually(
-        lambda: (
-            bool(
-                got.extend(adapter.receive(queue, max_messages=n - len(got), wait=1.0, lease=lease))
-            )
-            or len(got) >= n
-        ),
-        timeout,
-        description=f"{n} deliveries",
-    )
-    return got
