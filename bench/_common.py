@@ -10,6 +10,7 @@ worker CPU per task) are ``embedded.drain_figures``, as for every benchmark in `
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata
 import os
 import signal
@@ -265,6 +266,15 @@ def record_drain(c: Cell, result: Drain, broker_cpu: float, run: int, tasks: int
 
 
 # -- report helpers -------------------------------------------------------------------------
+def tree_state() -> str:
+    """Uncommitted changes to ackwise's code (core/, adapters/): "" or a note with their hash."""
+    diff = embedded._git("diff", "HEAD", "--", "core", "adapters")
+    if not diff:
+        return ""
+    digest = hashlib.sha256(diff.encode()).hexdigest()[:12]
+    return f" + uncommitted changes in core/ or adapters/ (diff sha256 {digest})"
+
+
 def version(dist: str) -> str:
     try:
         return importlib.metadata.version(dist)

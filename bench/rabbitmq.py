@@ -16,7 +16,6 @@ sys.path.insert(0, str(BENCH_DIR / "rabbitbench"))
 import argparse  # noqa: E402
 import copy  # noqa: E402
 import datetime as dt  # noqa: E402
-import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
@@ -632,15 +631,6 @@ METHOD = """
 """
 
 
-def _tree_state() -> str:
-    """Uncommitted changes to ackwise's code (core/, adapters/): "" or a note with their hash."""
-    diff = embedded._git("diff", "HEAD", "--", "core", "adapters")
-    if not diff:
-        return ""
-    digest = hashlib.sha256(diff.encode()).hexdigest()[:12]
-    return f" + uncommitted changes in core/ or adapters/ (diff sha256 {digest})"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -654,7 +644,7 @@ def main() -> int:
     cells = _common.select(plan(), args.only)
     started = time.monotonic()
     load_start = os.getloadavg()[0]
-    tree_start = _tree_state()
+    tree_start = _common.tree_state()
     head_start = embedded._git("rev-parse", "HEAD")
     with tempfile.TemporaryDirectory(prefix="ackwise-bench-rabbitmq-") as tmp:
         broker = Broker(Path(tmp) / "rabbitmq")
@@ -685,7 +675,10 @@ def main() -> int:
         finally:
             broker.stop()
     load = (load_start, os.getloadavg()[0])
-    if cells and (_tree_state(), embedded._git("rev-parse", "HEAD")) != (tree_start, head_start):
+    if cells and (_common.tree_state(), embedded._git("rev-parse", "HEAD")) != (
+        tree_start,
+        head_start,
+    ):
         cells[0].notes.append(
             "core/ or adapters/ changed during the run (a commit or uncommitted edits): the runs "
             "of an ackwise cell may have measured different code"

@@ -27,7 +27,6 @@ import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 import shlex  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
@@ -44,6 +43,7 @@ for _name, _value in (
 
 import _common  # noqa: E402  (embedded.Drain, startlog, CPU sampling: the method of redis.py)
 import boto3  # noqa: E402
+import embedded  # noqa: E402
 import sqs_tasks  # noqa: E402
 from _common import Cell, Drain  # noqa: E402
 
@@ -385,19 +385,6 @@ def render(
     return "\n".join(lines) + "\n"
 
 
-def _git() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=BENCH_DIR
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "."],
-        capture_output=True,
-        text=True,
-        cwd=BENCH_DIR.parent,
-    ).stdout.strip()
-    return f"{out}{' (uncommitted changes)' if dirty else ''}"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -444,7 +431,8 @@ def main() -> int:
                     print(f"run {run} {c.key}: {shown}", flush=True)
         finally:
             b.stop()
-    text = render(cells, args, time.monotonic() - started, where, _git())  # type: ignore[arg-type]
+    git = embedded._git("rev-parse", "--short", "HEAD") + _common.tree_state()
+    text = render(cells, args, time.monotonic() - started, where, git)  # type: ignore[arg-type]
     Path(args.out).write_text(text)
     print(text)
     return 0
