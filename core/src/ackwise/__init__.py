@@ -32,6 +32,7 @@ from ackwise._spi import (
     Outgoing,
     QueueSpec,
     QueueStats,
+    fork_generation,
     redact_url,
 )
 from ackwise._worker import Worker, WorkerConfig
@@ -88,6 +89,7 @@ __all__ = [
     "WorkerConfig",
     "__version__",
     "decode_envelope",
+    "fork_generation",
     "get_plugins",
     "hookimpl",
     "open_adapter",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -30,6 +31,7 @@ __all__ = [
     "Outgoing",
     "QueueSpec",
     "QueueStats",
+    "fork_generation",
 ]
 
 
@@ -205,6 +207,28 @@ class BrokerURL:
 
     def __repr__(self) -> str:
         return f"BrokerURL({redact_url(self.raw)!r})"
+
+
+# A connection (or thread) inherited through fork() belongs to the parent.  A counter bumped in
+# the child is cheaper than os.getpid() (a syscall) on every broker call.
+_fork_generation = 0
+
+
+def _after_fork() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def fork_generation() -> int:
+    """Return a number that changes in a child process after ``fork()``.
+
+    An adapter notes it when it connects and compares it before using the connection: when it
+    differs, the connection (and any thread) is the parent's, and the adapter opens its own.
+    """
+    return _fork_generation
 
 
 def redact_url(url: str) -> str:

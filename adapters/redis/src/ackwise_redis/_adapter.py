@@ -56,6 +56,7 @@ from ackwise import (
     Outgoing,
     QueueSpec,
     QueueStats,
+    fork_generation,
 )
 from ackwise.errors import MessageTooLarge, PermanentAdapterError, StaleReceipt
 from ackwise_redis._errors import map_redis_errors
@@ -116,19 +117,6 @@ _DELETE_DEAD = _load_script("delete_dead")
 _PURGE = _load_script("purge")
 _STATS = _load_script("stats")
 
-
-# -- fork safety ---------------------------------------------------------------------------
-# A connection inherited through fork() belongs to the parent; the child opens its own.  A
-# generation counter bumped in the child is cheaper than os.getpid() (a syscall) per call.
-_fork_generation = 0
-
-
-def _after_fork() -> None:
-    global _fork_generation
-    _fork_generation += 1
-
-
-os.register_at_fork(after_in_child=_after_fork)
 
 # Warn once per broker and process about an eviction policy, not on every reconnect.
 _warned: set[str] = set()
@@ -232,7 +220,7 @@ class RedisAdapter(Adapter):
         return map_redis_errors(self.settings.where, self.settings.password)
 
     def open(self) -> None:
-        if self._conn is not None and self._generation == _fork_generation:
+        if self._conn is not None and self._generation == fork_generation():
             return
         self._conn = None  # inherited through fork(): never touch the parent's socket
         s = self.settings
@@ -259,7 +247,7 @@ class RedisAdapter(Adapter):
             conn.disconnect()
             raise
         self._conn = conn
-        self._generation = _fork_generation
+        self._generation = fork_generation()
         self._last_used = time.monotonic()
         self._token_prefix = os.urandom(5).hex() + "."
         self._tokens = itertools.count(1)
@@ -311,7 +299,7 @@ class RedisAdapter(Adapter):
 
     def _connection(self) -> Any:
         conn = self._conn
-        if conn is None or self._generation != _fork_generation:
+        if conn is None or self._generation != fork_generation():
             self.open()
             conn = self._conn
         now = time.monotonic()

@@ -45,7 +45,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import re
 import threading
 import time
@@ -69,6 +68,7 @@ from ackwise import (
     QueueSpec,
     QueueStats,
     decode_envelope,
+    fork_generation,
 )
 from ackwise.errors import (
     AdapterError,
@@ -124,20 +124,6 @@ _INVALID_BODY = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0
 # ackwise queue names, as SQS takes them: the prefix and the "-dlq" suffix must fit in 80.
 _NAME = re.compile(r"^[A-Za-z0-9_-]+(\.fifo)?$")
 _NAME_ROOM = 80 - len("-dlq")
-
-
-# -- fork safety ---------------------------------------------------------------------------
-# A client (its pooled connections) and threads inherited through fork() belong to the parent:
-# the child opens its own.  A generation bumped in the child is cheaper than os.getpid().
-_fork_generation = 0
-
-
-def _after_fork() -> None:
-    global _fork_generation
-    _fork_generation += 1
-
-
-os.register_at_fork(after_in_child=_after_fork)
 
 
 def sqs_queue_name(prefix: str, queue: str) -> tuple[str, str]:
@@ -214,15 +200,15 @@ class SQSAdapter(Adapter):
         #: Early receives of long delays re-armed by visibility (not deliveries).
         self.rearmed = 0
         self._counting = threading.Lock()
-        self._generation = _fork_generation
+        self._generation = fork_generation()
         self._io: cf.ThreadPoolExecutor | None = None  # the parallel requests of one call
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self) -> None:
-        if self._generation != _fork_generation:
+        if self._generation != fork_generation():
             # Inherited through fork(): the parent's client and threads are not ours to use.
             self._client, self._io = None, None
-            self._generation = _fork_generation
+            self._generation = fork_generation()
         if self._client is not None:
             return
         s = self.settings
@@ -241,7 +227,7 @@ class SQSAdapter(Adapter):
 
     def close(self) -> None:
         io, self._io = self._io, None
-        if io is not None and self._generation == _fork_generation:
+        if io is not None and self._generation == fork_generation():
             io.shutdown(wait=False)  # idle: every call waits for its requests
         client, self._client = self._client, None
         if client is not None:
@@ -251,7 +237,7 @@ class SQSAdapter(Adapter):
                 log.debug("closing the SQS client failed", exc_info=True)
 
     def _call(self, operation: str, **params: Any) -> dict[str, Any]:
-        if self._client is None or self._generation != _fork_generation:
+        if self._client is None or self._generation != fork_generation():
             self.open()
         with self._counting:  # the parallel requests of one call count from their threads
             self.calls[operation] = self.calls.get(operation, 0) + 1
@@ -557,7 +543,7 @@ class SQSAdapter(Adapter):
         """
         if not items:
             return [], None
-        if self._generation != _fork_generation:
+        if self._generation != fork_generation():
             self.open()  # not the parent's threads
         if self._io is None and len(items) > 1:
             self._io = cf.ThreadPoolExecutor(_PARALLEL - 1, thread_name_prefix="ackwise-sqs")
