@@ -11,12 +11,14 @@ every pika call is handed to the I/O thread (a command queue woken by
 window (``basic.qos``, per consumer) is what the worker asked for; the broker pushes into an
 inbox on the I/O thread and ``receive`` takes from it without a round trip.  A late ack frees
 a slot just as the finished task frees room in the worker, so the window tracks the worker's
-prefetch budget.  An early ack would free a slot while its task still runs, so
-:meth:`RabbitMQAdapter.ack_before_start` cancels the consumer first (the next ``receive``
-starts one with the room left): a busy worker never hides messages from an idle one.  At a
-graceful stop, :meth:`RabbitMQAdapter.stop_receiving` cancels the consumers and rejects what
-the inbox holds back to the queue at once.  A worker reading several queues has a window per
-queue.
+prefetch budget; a budget that grows gets another consumer for the difference, never a
+replacement (a quorum queue takes back, and counts as a delivery, what was on its way to a
+cancelled consumer).  An early ack would free a slot while its task still runs, so
+:meth:`RabbitMQAdapter.ack_before_start` cancels the full windows first (the next ``receive``
+starts one with the room left); a window with room keeps its consumer, for the same reason,
+and what it pushes next waits for room.  At a graceful stop,
+:meth:`RabbitMQAdapter.stop_receiving` cancels the consumers and rejects what the inbox holds
+back to the queue at once.  A worker reading several queues has its windows per queue.
 
 **Topology** of a queue ``q`` (``p`` is the URL's ``prefix``, default ``ackwise``)::
 
@@ -151,6 +153,7 @@ class _Raw:
 class _Consumer:
     """One ``basic.consume`` of a queue: its window and how much of it is in use."""
 
+    queue: str
     tag: str
     credit: int
     outstanding: int = 0  # pushed and not settled (in the inbox or handed out)
@@ -222,7 +225,8 @@ class RabbitMQAdapter(Adapter):
         self._unacked: dict[int, str] = {}  # delivery tag -> queue, of this generation
         # Pushed by a consumer, not yet taken by ``receive`` (guarded by ``_lock``):
         self._inbox: dict[str, collections.deque[_Raw]] = {}
-        self._consumers: dict[str, _Consumer] = {}  # queue -> its consumer, this generation
+        # queue -> its consumers (their windows add up), this generation:
+        self._consumers: dict[str, list[_Consumer]] = {}
         self._declared: set[str] = set()
         self._user_closed = False
         # Owned by the I/O thread:
@@ -688,19 +692,23 @@ class RabbitMQAdapter(Adapter):
         raws = self._take(queue, max_messages)
         if not raws:
             with self._lock:
-                c = self._consumers.get(queue)
+                consumers = self._consumers.get(queue, [])
+                credit = sum(c.credit for c in consumers)
                 # The caller's whole budget: what it holds unsettled (through any consumer of
                 # this connection) and the room it asks to fill.
                 want = max_messages + sum(1 for q in self._unacked.values() if q == queue)
                 # Nothing pushed and a window too small for what the caller asks: it holds
                 # every delivery the window let through (no worker does: one with acks still
                 # to send polls with wait=0 and finds the window open again shortly), or its
-                # budget grew (an automatic prefetch) well past the window.
-                small = c is not None and (
-                    (c.outstanding >= c.credit and wait > 0) or want > 2 * c.credit
+                # budget grew (an automatic prefetch) well past the window.  The window grows
+                # by one more consumer: cancelling one could return its in-flight deliveries.
+                grow = not consumers or (
+                    (sum(c.outstanding for c in consumers) >= credit and wait > 0)
+                    or want > 2 * credit
                 )
-            if c is None or small:
-                self._call(lambda: self._start_consumer(queue, want, replace=small))
+            if grow:
+                n = len(consumers)
+                self._call(lambda: self._add_consumer(queue, want - credit, n))
             if wait > 0:
                 deadline = time.monotonic() + wait
                 with self._lock:
@@ -729,31 +737,32 @@ class RabbitMQAdapter(Adapter):
                 out.append(raw)
             return out
 
-    def _start_consumer(self, queue: str, credit: int, *, replace: bool = False) -> None:
-        """Consume ``queue`` with a window of ``credit`` unacked messages (I/O thread).
+    def _add_consumer(self, queue: str, credit: int, seen: int) -> None:
+        """Consume ``queue`` with a window of ``credit`` more unacked messages (I/O thread).
 
         The broker pushes while fewer than ``credit`` of this consumer's deliveries are
         unsettled; a late ack frees its slot just as the task that ends frees room in the
-        worker, so the window follows the worker's own prefetch budget.  (An early ack frees
-        a slot while the task still runs: :meth:`ack_before_start` stops the consumer first.)
-        With ``replace``, a consumer whose window is too small is replaced by one with a window
-        of its own (RabbitMQ applies ``basic.qos`` to new consumers only).
+        worker, so the windows of a queue's consumers add up to the worker's own prefetch
+        budget.  (An early ack frees a slot while the task still runs: :meth:`ack_before_start`
+        stops the consumers first.)  A budget that grows gets another consumer for the
+        difference (RabbitMQ applies ``basic.qos`` to new consumers only) rather than a
+        replacement: a quorum queue takes back what was on its way to a cancelled consumer
+        and counts it as a delivery (RabbitMQ 3.10, measured), so a message moved about by
+        replacements went to the dead letters without a run.  ``seen`` is how many consumers
+        the caller saw: if that changed, or a push came meanwhile, there is nothing to do.
         """
         with self._lock:
-            old = self._consumers.get(queue)
-            if old is not None and (not replace or self._inbox.get(queue)):
-                return  # there is one already, or a push came meanwhile
+            if len(self._consumers.get(queue, [])) != seen or self._inbox.get(queue):
+                return
         self._check_live()
         ch = self._consume_ch
         conn = self._conn
         assert ch is not None and conn is not None
-        if old is not None:
-            self._cancel_consumers([queue])
         if self._qos != credit:
             ch.basic_qos(prefetch_count=credit)  # per consumer: applies to the next one
             self._qos = credit
         generation = self._generation
-        consumer = _Consumer("", credit)
+        consumer = _Consumer(queue, "", credit)
         with self._lock:
             inbox = self._inbox.setdefault(queue, collections.deque())
 
@@ -776,23 +785,34 @@ class RabbitMQAdapter(Adapter):
         if self._consume_closed is not None:
             raise _ConnectionLost(self._consume_closed)
         with self._lock:
-            self._consumers[queue] = consumer
+            self._consumers.setdefault(queue, []).append(consumer)
 
     def _cancel_consumers(self, queues: Iterable[str]) -> None:
-        """Send ``basic.cancel`` for the consumers of ``queues`` (I/O thread, no wait).
+        """Cancel every consumer of ``queues`` (I/O thread, no wait): see :meth:`_cancel`."""
+        with self._lock:
+            consumers = [c for q in queues for c in self._consumers.get(q, [])]
+        self._cancel(consumers)
+
+    def _cancel(self, consumers: Iterable[_Consumer]) -> None:
+        """Send ``basic.cancel`` for ``consumers`` (I/O thread, no wait).
 
         The next synchronous method on the channel returns after every cancel-ok.  Messages
         the broker pushed before it took a cancel in still arrive and go to the inbox like
         any other: they were asked for (pika's own cancel would reject them back to the
-        queue, which counts as a delivery on a quorum queue).
+        queue, which counts as a delivery on a quorum queue).  A quorum queue itself takes
+        back, and counts, what was still on its way: only a full window (nothing can be on
+        its way) is cancelled without that cost.
         """
         ch = self._consume_ch
         assert ch is not None
-        for queue in list(queues):
+        for consumer in consumers:
             with self._lock:
-                consumer = self._consumers.pop(queue, None)
-            if consumer is None:
-                continue
+                mine = self._consumers.get(consumer.queue, [])
+                if consumer not in mine:
+                    continue
+                mine.remove(consumer)
+                if not mine:
+                    del self._consumers[consumer.queue]
             ch._impl.basic_cancel(consumer.tag, callback=_noop_frame)
             ch._impl._cancelled.discard(consumer.tag)  # keep its in-transit deliveries
 
@@ -955,15 +975,30 @@ class RabbitMQAdapter(Adapter):
             self._check_live()
             ch = self._consume_ch
             assert ch is not None
-            # Stop the consumer before the acks free its slots (the tasks still run, so the
-            # worker has no more room): the broker handles the cancel first.
-            self._cancel_consumers({d.queue for d in valid})
+            # Stop the full windows before the acks free their slots (the tasks still run, so
+            # the worker has no more room): the broker handles the cancels first.  A window
+            # with room keeps its consumer: a quorum queue takes back what is on its way to a
+            # cancelled consumer and counts it as a delivery (RabbitMQ 3.10, measured: whole
+            # windows came back), so what it pushes next waits here for room instead.
+            self._cancel(self._full_consumers({d.queue for d in valid}, valid))
             for d in valid:
                 ch._impl.basic_ack(d.receipt.tag)
             # The barrier: same value, no change; the cancel-oks come before its answer.
             ch.basic_qos(prefetch_count=self._qos)
 
         self._settle(valid, stale, run, "ack")
+
+    def _full_consumers(self, queues: set[str], claimed: Sequence[Delivery]) -> list[_Consumer]:
+        """The consumers of ``queues`` whose windows are full as the broker counts them (so
+        nothing can be on its way to them); ``claimed`` are settled here, not yet there."""
+        with self._lock:
+            held = collections.Counter(id(d.receipt.consumer) for d in claimed)
+            return [
+                c
+                for q in queues
+                for c in self._consumers.get(q, [])
+                if c.outstanding + held[id(c)] >= c.credit
+            ]
 
     def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
         # Connection-based leases: a delivery is held while the connection lives (the I/O
