@@ -98,9 +98,11 @@ class History:
         details = ""
         for fate in fates[:5]:
             lines = self.harness.journal.lines_for(fate.id)
-            dead = [f"dead-lettered: {d.reason}" for d in fate.dead]
+            dead = [f"dead-lettered: {d.reason} (attempt {d.attempt})" for d in fate.dead]
+            # The reason goes in the first line too: a long report is often shown cut.
+            why = f" ({'; '.join(dead)})" if dead else ""
             details += (
-                f"\n  message {fate.id} (key {fate.key}): status {fate.status}, "
+                f"\n  message {fate.id} (key {fate.key}): status {fate.status}{why}, "
                 f"{fate.executions} execution(s)\n    "
                 + "\n    ".join([*lines, *dead] or ["(no journal lines)"])
             )
@@ -119,6 +121,12 @@ class History:
         bad = [f for f in fates if f.status != "ok"]
         if bad:
             self._fail("expected every message to complete exactly once", *bad)
+
+    def expect_first_deliveries(self) -> None:
+        """Nothing failed, so nothing came back: every execution ran a first delivery."""
+        bad = [f for f in self.fates.values() if any(s.get("attempt") != 1 for s in f.starts)]
+        if bad:
+            self._fail(f"{len(bad)} message(s) were delivered again although nothing failed", *bad)
 
     def expect_completed(
         self, keys: list[str] | None = None, *, max_dup: int | None = None
