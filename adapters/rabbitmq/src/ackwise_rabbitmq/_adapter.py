@@ -746,18 +746,16 @@ class RabbitMQAdapter(Adapter):
         budget.  (An early ack frees a slot while the task still runs: :meth:`ack_before_start`
         stops the consumers first.)  A budget that grows gets another consumer for the
         difference (RabbitMQ applies ``basic.qos`` to new consumers only) rather than a
-        replacement: a quorum queue takes back what was on its way to a cancelled consumer
-        and counts it as a delivery (RabbitMQ 3.10, measured), so a message moved about by
-        replacements went to the dead letters without a run.  ``seen`` is how many consumers
-        the caller saw: if that changed, or a push came meanwhile, there is nothing to do.
+        replacement, which would cost deliveries (see :meth:`_cancel`).  ``seen`` is how many
+        consumers the caller saw: if that changed, or a push came meanwhile, there is nothing
+        to do.
         """
         with self._lock:
             if len(self._consumers.get(queue, [])) != seen or self._inbox.get(queue):
                 return
         self._check_live()
         ch = self._consume_ch
-        conn = self._conn
-        assert ch is not None and conn is not None
+        assert ch is not None
         if self._qos != credit:
             ch.basic_qos(prefetch_count=credit)  # per consumer: applies to the next one
             self._qos = credit
@@ -800,8 +798,10 @@ class RabbitMQAdapter(Adapter):
         the broker pushed before it took a cancel in still arrive and go to the inbox like
         any other: they were asked for (pika's own cancel would reject them back to the
         queue, which counts as a delivery on a quorum queue).  A quorum queue itself takes
-        back, and counts, what was still on its way: only a full window (nothing can be on
-        its way) is cancelled without that cost.
+        back what was still on its way and counts it as a delivery (RabbitMQ 3.10, measured:
+        replacements sent a message to the dead letters without a run, early acks whole
+        windows back): only a full window, where nothing can be on its way, is cancelled
+        without that cost.
         """
         ch = self._consume_ch
         assert ch is not None
@@ -969,6 +969,15 @@ class RabbitMQAdapter(Adapter):
         """
         if not deliveries:
             return
+        with self._lock:
+            # Full windows, counted before these deliveries are settled here (the broker still
+            # counts them): nothing can be on its way to those consumers.
+            full = [
+                c
+                for q in {d.queue for d in deliveries}
+                for c in self._consumers.get(q, [])
+                if c.outstanding >= c.credit
+            ]
         valid, stale = self._claim(deliveries)
 
         def run() -> None:
@@ -977,28 +986,15 @@ class RabbitMQAdapter(Adapter):
             assert ch is not None
             # Stop the full windows before the acks free their slots (the tasks still run, so
             # the worker has no more room): the broker handles the cancels first.  A window
-            # with room keeps its consumer: a quorum queue takes back what is on its way to a
-            # cancelled consumer and counts it as a delivery (RabbitMQ 3.10, measured: whole
-            # windows came back), so what it pushes next waits here for room instead.
-            self._cancel(self._full_consumers({d.queue for d in valid}, valid))
+            # with room keeps its consumer (see _cancel), and what it pushes next waits here
+            # for room.
+            self._cancel(full)
             for d in valid:
                 ch._impl.basic_ack(d.receipt.tag)
             # The barrier: same value, no change; the cancel-oks come before its answer.
             ch.basic_qos(prefetch_count=self._qos)
 
         self._settle(valid, stale, run, "ack")
-
-    def _full_consumers(self, queues: set[str], claimed: Sequence[Delivery]) -> list[_Consumer]:
-        """The consumers of ``queues`` whose windows are full as the broker counts them (so
-        nothing can be on its way to them); ``claimed`` are settled here, not yet there."""
-        with self._lock:
-            held = collections.Counter(id(d.receipt.consumer) for d in claimed)
-            return [
-                c
-                for q in queues
-                for c in self._consumers.get(q, [])
-                if c.outstanding + held[id(c)] >= c.credit
-            ]
 
     def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
         # Connection-based leases: a delivery is held while the connection lives (the I/O
