@@ -98,13 +98,13 @@ class History:
         details = ""
         for fate in fates[:5]:
             lines = self.harness.journal.lines_for(fate.id)
-            dead = [f"dead-lettered: {d.reason} (attempt {d.attempt})" for d in fate.dead]
-            # The reason goes in the first line too: a long report is often shown cut.
-            why = f" ({'; '.join(dead)})" if dead else ""
+            # The dead-letter reason goes in the first line: a long report is often shown cut.
+            dead = "; ".join(f"{d.reason}, attempt {d.attempt}" for d in fate.dead)
+            why = f" (dead-lettered: {dead})" if dead else ""
             details += (
                 f"\n  message {fate.id} (key {fate.key}): status {fate.status}{why}, "
                 f"{fate.executions} execution(s)\n    "
-                + "\n    ".join([*lines, *dead] or ["(no journal lines)"])
+                + "\n    ".join(lines or ["(no journal lines)"])
             )
         if len(fates) > 5:
             details += f"\n  … and {len(fates) - 5} more"
