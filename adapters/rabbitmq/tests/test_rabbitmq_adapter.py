@@ -319,3 +319,32 @@ def test_a_growing_window_hands_every_message_out_once(rabbitmq_url: str) -> Non
     finally:
         adapter.purge(q)
         adapter.close()
+
+
+def test_stop_receiving_gives_back_what_every_consumer_of_a_grown_window_pushed(
+    rabbitmq_url: str,
+) -> None:
+    """A graceful stop returns prefetched messages at once (DESIGN §1), also when the window
+    grew through several consumers: each is cancelled and nothing stays pushed to it."""
+    q = _queue()
+    adapter = _adapter(rabbitmq_url)
+    observer = _adapter(rabbitmq_url)
+    try:
+        adapter.declare(QueueSpec(q, max_deliveries=3))
+        adapter.publish(q, [Outgoing(uuid.uuid4().hex, b"x", 0.0) for _ in range(200)])
+        held: list[Any] = []
+        for budget in (8, 24, 64):  # each step past twice the window adds a consumer
+            held += adapter.receive(q, max_messages=budget - len(held), wait=1.0, lease=30)
+        assert len(adapter._consumers[q]) > 1
+        eventually(lambda: observer.stats(q).ready <= 200 - 64, 10.0, description="pushed")
+        adapter.stop_receiving()
+        # What the windows pushed and nobody took is back; what was handed out stays held.
+        eventually(lambda: observer.stats(q).ready == 200 - len(held), 5.0, description="returned")
+        assert not adapter._consumers
+        time.sleep(0.5)  # no consumer is left to push more
+        assert observer.stats(q).ready == 200 - len(held)
+        adapter.ack(held)
+    finally:
+        observer.purge(q)
+        observer.close()
+        adapter.close()
