@@ -75,6 +75,35 @@ class MemoryBroker:
             q.ready.appendleft(msg)
 
 
+def _checked(entry: object, now: float) -> tuple[_Message, str | None]:
+    """A ready entry as a message, and what is wrong with it (``None``: nothing).
+
+    Code that writes into a :class:`MemoryBroker` directly may leave anything in a queue; such
+    an entry is delivered as a corrupt record (its ``repr`` as the body), never dropped.
+    """
+    if not isinstance(entry, _Message):
+        raw = _Message(f"corrupt-{id(entry):x}", repr(entry).encode(), now)
+        return raw, f"ready entry is a {type(entry).__name__}, not a message"
+    problems = [
+        f"{name} is a {type(value).__name__}, not {kind.__name__}"
+        for name, value, kind in (
+            ("id", entry.id, str),
+            ("body", entry.body, bytes),
+            ("delivery count", entry.deliveries, int),
+        )
+        if type(value) is not kind
+    ]
+    if not problems:
+        return entry, None
+    if type(entry.id) is not str:
+        entry.id = f"corrupt-{id(entry):x}"
+    if type(entry.body) is not bytes:
+        entry.body = repr(entry.body).encode()
+    if type(entry.deliveries) is not int:
+        entry.deliveries = 0
+    return entry, "; ".join(problems)
+
+
 _brokers: dict[str, MemoryBroker] = {}
 _brokers_lock = threading.Lock()
 
@@ -165,12 +194,14 @@ class MemoryAdapter(Adapter):
             out: list[Delivery] = []
             deadline = now + lease
             while q.ready and len(out) < max_messages:
-                msg = q.ready.popleft()
+                msg, problem = _checked(q.ready.popleft(), now)
                 msg.deliveries += 1
                 msg.token = next(b.tokens)
                 msg.deadline = deadline
                 q.in_flight[msg.token] = msg
-                out.append(Delivery(queue, msg.id, msg.body, msg.token, msg.deliveries, deadline))
+                out.append(
+                    Delivery(queue, msg.id, msg.body, msg.token, msg.deliveries, deadline, problem)
+                )
             return out
 
     def _owned(self, q: _Queue, d: Delivery) -> _Message | None:
@@ -254,7 +285,7 @@ class MemoryAdapter(Adapter):
             q = b.queue(queue)
             now = time.time()
             b.sweep(q, now)
-            oldest = min((m.enqueued_at for m in q.ready), default=now)
+            oldest = min((getattr(m, "enqueued_at", now) for m in q.ready), default=now)
             return QueueStats(
                 queue,
                 ready=len(q.ready),

@@ -104,6 +104,11 @@ class Delivery:
     :param attempt: this delivery's count, 1 for the first delivery.
     :param lease_deadline: wall-clock time (``time.time()``) after which the broker may give
         the message to another consumer, unless the lease is extended.
+    :param corrupt: set by the adapter when the stored record is malformed (not written by
+        ackwise, or damaged): it says what is wrong, ``body`` holds the record's raw bytes and
+        ``message_id`` a stand-in where the record has none.  The worker dead-letters such a
+        delivery ``corrupt_record`` without decoding it, through :meth:`Adapter.dead_letter`
+        (``body=None``: the record is kept as it is), so its receipt must work like any other.
     """
 
     queue: str
@@ -112,6 +117,7 @@ class Delivery:
     receipt: Any
     attempt: int
     lease_deadline: float
+    corrupt: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,10 +30,19 @@ outdated receipt matches no row and raises :class:`~ackwise.errors.StaleReceipt`
 
 Every write runs in an explicit ``BEGIN IMMEDIATE`` transaction (the connection is in
 autocommit mode), so writers queue on the database lock instead of failing on a lock upgrade.
+
+Rows ackwise did not write (SQLite keeps any type in any column) never stop a worker nor hide
+valid messages: a received row whose ``body`` is not a BLOB, whose ``id`` is not TEXT or whose
+delivery count is not an integer is handed over as a corrupt delivery, which the worker
+dead-letters ``corrupt_record`` with the row kept as it is.  A row that could never become due
+(``available_at`` not a number, or absurdly far: TEXT and BLOB sort after every number) or
+whose ``state`` is none of 0, 1, 2 (looked for when a queue is declared) is first marked
+corrupt by a ``reason`` on a row that is not dead, which ackwise itself never writes.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import sqlite3
@@ -65,6 +74,8 @@ from ackwise.errors import (
 )
 
 __all__ = ["SQLiteAdapter", "map_sqlite_errors"]
+
+log = logging.getLogger(__name__)
 
 #: Largest envelope accepted.  SQLite's own blob limit is 1e9 bytes; a task queue row of that
 #: size would stall every other worker sharing the file, so ackwise refuses above 64 MiB.
@@ -113,7 +124,24 @@ UPDATE ackwise_messages
  WHERE seq IN (SELECT seq FROM ackwise_messages
                 WHERE queue = ? AND state < {DEAD} AND available_at <= ?
                 ORDER BY available_at, seq LIMIT ?)
-RETURNING seq, id, body, deliveries
+RETURNING seq, id, body, deliveries, reason
+"""
+#: Due times past this (about 285 million years away) are no time at all: an infinity, or a
+#: TEXT or BLOB value (SQLite sorts them after every number).  Such rows would never be due.
+_NEVER = 9e15
+# An index range seek: costs next to nothing when there is no such row.
+_SQL_UNREACHABLE = f"""
+UPDATE ackwise_messages
+   SET available_at = ?,
+       reason = 'available_at was ' || typeof(available_at) || ' ' || quote(available_at)
+ WHERE seq IN (SELECT seq FROM ackwise_messages
+                WHERE queue = ? AND state < {DEAD} AND available_at > {_NEVER} LIMIT 100)
+"""
+# A full scan of the queue's rows: run when a queue is declared (a worker starts).
+_SQL_STRAY_STATES = f"""
+UPDATE ackwise_messages
+   SET state = {READY}, available_at = ?, reason = 'state was ' || quote(state)
+ WHERE queue = ? AND state NOT IN ({READY}, {IN_FLIGHT}, {DEAD})
 """
 _SQL_NEXT_DUE = f"SELECT min(available_at) FROM ackwise_messages WHERE queue = ? AND state < {DEAD}"
 _SQL_PUBLISH = (
@@ -133,7 +161,8 @@ RETURNING seq
 """
 _SQL_DEAD_LETTER = f"""
 UPDATE ackwise_messages
-   SET state = {DEAD}, reason = ?, dead_at = ?, body = coalesce(?, body), token = NULL
+   SET state = {DEAD}, reason = ?, dead_at = ?, body = coalesce(?, body), token = NULL,
+       id = coalesce(?, id)
  WHERE seq = ? AND token = ? AND state = {IN_FLIGHT}
 RETURNING seq
 """
@@ -147,7 +176,7 @@ SELECT count(*) FILTER (WHERE available_at <= :now),
  WHERE queue = :queue AND state < {DEAD}
 """
 _SQL_DEAD_LETTERS = f"""
-SELECT id, body, reason, dead_at, deliveries FROM ackwise_messages
+SELECT seq, id, body, reason, dead_at, deliveries FROM ackwise_messages
  WHERE queue = ? AND state = {DEAD}
  ORDER BY dead_at, seq LIMIT ?
 """
@@ -294,6 +323,64 @@ def _chunks(deliveries: Sequence[Delivery]) -> Iterator[Sequence[Delivery]]:
         yield deliveries[i : i + _CHUNK]
 
 
+# -- rows ackwise did not write -------------------------------------------------------------
+def _as_bytes(value: object) -> bytes:
+    """A column's value as the bytes that stand for it (TEXT as UTF-8, a number as text)."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    return b"" if value is None else repr(value).encode()
+
+
+def _corrupt(
+    queue: str,
+    seq: int,
+    token: int,
+    deadline: float,
+    id_: object,
+    body: object,
+    deliveries: object,
+    mark: object,
+) -> Delivery:
+    if mark is not None:
+        problem = str(mark)
+    elif type(body) is not bytes:
+        problem = f"body is {_sql_type(body)}, not BLOB"
+    elif type(id_) is not str:
+        problem = f"id is {_sql_type(id_)}, not TEXT"
+    else:
+        problem = f"delivery count is {_sql_type(deliveries)} {deliveries!r}, not INTEGER"
+    attempt = deliveries if type(deliveries) is int and deliveries >= 1 else 1
+    return Delivery(
+        queue,
+        id_ if type(id_) is str else f"corrupt-{seq}",
+        _as_bytes(body),
+        (seq, token),
+        attempt,
+        deadline,
+        corrupt=f"row {seq} of ackwise_messages: {problem}",
+    )
+
+
+def _sql_type(value: object) -> str:
+    return {bytes: "BLOB", str: "TEXT", int: "INTEGER", float: "REAL"}.get(type(value), "NULL")
+
+
+def _dead_letter_of(
+    queue: str, seq: int, id_: object, body: object, reason: object, dead_at: object, n: object
+) -> DeadLetter:
+    """A dead row as a :class:`DeadLetter`, whatever its columns hold."""
+    return DeadLetter(
+        queue,
+        id_ if isinstance(id_, str) else f"corrupt-{seq}",
+        _as_bytes(body),
+        reason if isinstance(reason, str) else "unknown",
+        float(dead_at) if isinstance(dead_at, int | float) else 0.0,
+        n if isinstance(n, int) else 0,
+    )
+
+
 # -- adapter -------------------------------------------------------------------------------
 class SQLiteAdapter(Adapter):
     """Adapter for a SQLite database file shared by every worker process on one host.
@@ -422,7 +509,16 @@ class SQLiteAdapter(Adapter):
     # -- topology --------------------------------------------------------------------------
     def declare(self, queue: QueueSpec) -> None:
         with self._write() as db:
-            db.execute(_SQL_DECLARE, (queue.name, time.time()))
+            now = time.time()
+            db.execute(_SQL_DECLARE, (queue.name, now))
+            stray = db.execute(_SQL_STRAY_STATES, (now, queue.name)).rowcount
+        if stray:
+            log.warning(
+                "queue %s: %d row(s) with a state ackwise never writes; they are delivered as "
+                "corrupt records (dead-lettered corrupt_record)",
+                queue.name,
+                stray,
+            )
         self._known_queues.add(queue.name)
 
     def _remember_queue(self, db: sqlite3.Connection, queue: str, now: float) -> None:
@@ -465,18 +561,29 @@ class SQLiteAdapter(Adapter):
         with self._write() as db:
             now = time.time()
             deadline = now + lease
+            db.execute(_SQL_UNREACHABLE, (now, queue))
             rows = db.execute(_SQL_RECEIVE, (deadline, token, queue, now, max_messages)).fetchall()
-        rows.sort()  # RETURNING order is unspecified; seq is publication order
-        return [
-            Delivery(queue, id_, body, (seq, token), deliveries, deadline)
-            for seq, id_, body, deliveries in rows
-        ]
+        rows.sort(key=lambda row: row[0])  # RETURNING order is unspecified; seq is publication
+        out = []
+        for seq, id_, body, deliveries, mark in rows:
+            if (
+                mark is None
+                and type(id_) is str
+                and type(body) is bytes
+                and type(deliveries) is int
+            ):
+                out.append(Delivery(queue, id_, body, (seq, token), deliveries, deadline))
+            else:
+                out.append(_corrupt(queue, seq, token, deadline, id_, body, deliveries, mark))
+        return out
 
     def _next_due(self, queue: str) -> float | None:
         db = self._conn()
         with map_sqlite_errors(self.path):
-            due: float | None = db.execute(_SQL_NEXT_DUE, (queue,)).fetchone()[0]
-        return due
+            due: object = db.execute(_SQL_NEXT_DUE, (queue,)).fetchone()[0]
+        if due is None or (isinstance(due, int | float) and due <= _NEVER):
+            return due
+        return 0.0  # a row that can never be due: take it now, as a corrupt record
 
     def receive(
         self, queue: str, *, max_messages: int, wait: float, lease: float
@@ -543,8 +650,13 @@ class SQLiteAdapter(Adapter):
 
     def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
         seq, token = delivery.receipt
+        # A corrupt row keeps what it holds, but an id that is not TEXT becomes the stand-in
+        # it was delivered under, so that `ackwise dlq` can name it.
+        new_id = delivery.message_id if delivery.corrupt is not None else None
         with self._write() as db:
-            row = db.execute(_SQL_DEAD_LETTER, (reason, time.time(), body, seq, token)).fetchone()
+            row = db.execute(
+                _SQL_DEAD_LETTER, (reason, time.time(), body, new_id, seq, token)
+            ).fetchone()
         if row is None:
             raise StaleReceipt([delivery], "dead_letter")
 
@@ -556,6 +668,8 @@ class SQLiteAdapter(Adapter):
             ready, delayed, in_flight, oldest, dead = db.execute(
                 _SQL_STATS, {"now": now, "queue": queue}
             ).fetchone()
+        if not isinstance(oldest, int | float):  # a row ackwise did not write
+            oldest = None
         return QueueStats(
             queue,
             ready=ready,
@@ -569,10 +683,7 @@ class SQLiteAdapter(Adapter):
         db = self._conn()
         with map_sqlite_errors(self.path):
             rows = db.execute(_SQL_DEAD_LETTERS, (queue, limit)).fetchall()
-        return [
-            DeadLetter(queue, id_, body, reason, dead_at, deliveries)
-            for id_, body, reason, dead_at, deliveries in rows
-        ]
+        return [_dead_letter_of(queue, *row) for row in rows]
 
     def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
         if not message_ids:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ackwise import _envelope
+from ackwise._backoff import Backoff
 from ackwise._execution import FAILED, Job, Result
 from ackwise._executors import Completion, Executor, PreforkExecutor, ThreadExecutor
 from ackwise._idempotency import IdempotencyStore, KeyState, open_store
@@ -179,6 +180,9 @@ class _Held:
     job_id: int
     started: float = 0.0
     lease_lost: bool = False
+    #: Acked before it started (``Ack.EARLY``): the broker has forgotten it, so it has no
+    #: lease to renew and its receipt settles nothing.
+    acked: bool = False
     #: The idempotency key this execution holds in the store (``None``: no key).
     idem_key: str | None = None
 
@@ -293,12 +297,14 @@ class Worker:
 
     # -- main loop -------------------------------------------------------------------------
     def run(self) -> int:
-        """Run until stopped; return the process exit status (0 graceful, 1 cold or fatal)."""
+        """Run until stopped; return the process exit status (0 graceful, 1 cold or fatal).
+
+        :raises BrokerUnavailable: the broker stayed unreachable for ``broker_timeout``.
+        """
         cfg = self.config
-        self.adapter.open()
-        self._check_hold_limit()
-        for q in cfg.queues:
-            self.adapter.declare(QueueSpec(q, max_deliveries=self._max_deliveries_for(q)))
+        if not self._open_broker():
+            log.info("worker %s stopped before the broker could be reached", self.worker_id)
+            return 0
         if cfg.pool == "prefork":
             assert cfg.app_path is not None
             executor: Executor = PreforkExecutor(cfg.app_path, cfg.concurrency, self._completions)
@@ -335,6 +341,72 @@ class Worker:
                 log.debug("closing the adapter failed", exc_info=True)
         return status
 
+    def _open_broker(self) -> bool:
+        """Connect and declare the queues, retrying while the broker is unreachable.
+
+        A worker started with its broker (or a service in front of it) still coming up, or
+        while another process holds a SQLite write lock, waits instead of exiting: under a
+        process supervisor an exit at once is a crash loop.  Returns ``False`` when a stop was
+        requested meanwhile; raises :class:`BrokerUnavailable` after ``broker_timeout``.
+        Permanent errors (credentials, configuration) are raised at once.
+        """
+        cfg = self.config
+        backoff = Backoff()
+        started = time.monotonic()
+        attempt = 0
+        while not self._stop_requested:
+            attempt += 1
+            try:
+                self.adapter.open()
+                self._check_hold_limit()
+                for q in cfg.queues:
+                    self.adapter.declare(QueueSpec(q, max_deliveries=self._max_deliveries_for(q)))
+            except TransientAdapterError as exc:
+                self._close_quietly()
+                waited = time.monotonic() - started
+                left = cfg.broker_timeout - waited
+                if left <= 0:
+                    raise BrokerUnavailable(
+                        f"broker {self.app.broker} unreachable at start for {waited:.0f}s "
+                        f"({attempt} attempts, --broker-timeout {cfg.broker_timeout:.0f}s); "
+                        f"last error: {exc}"
+                    ) from exc
+                delay = min(backoff.next(), left)
+                log.warning(
+                    "broker %s not reachable at start (attempt %d, %.0fs of --broker-timeout "
+                    "%.0fs): %s; retrying in %.1fs",
+                    self.app.broker,
+                    attempt,
+                    waited,
+                    cfg.broker_timeout,
+                    exc,
+                    delay,
+                )
+                self._pause(delay)
+                continue
+            if attempt > 1:
+                log.info(
+                    "broker %s reachable after %d attempts (%.1fs)",
+                    self.app.broker,
+                    attempt,
+                    time.monotonic() - started,
+                )
+            return True
+        return False
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if a stop is requested (its wake-up ends the wait)."""
+        try:
+            self._completions.get(timeout=seconds)
+        except queue.Empty:
+            pass
+
+    def _close_quietly(self) -> None:
+        try:
+            self.adapter.close()
+        except AdapterError:
+            log.debug("closing the adapter failed", exc_info=True)
+
     def _check_hold_limit(self) -> None:
         """Refuse tasks that may run longer than the broker lets a delivery stay unsettled."""
         limit = self.adapter.max_hold()
@@ -344,7 +416,7 @@ class Worker:
         tasks = [t for t in self.app.tasks.values() if t.queue in queues]
         long = sorted(t.name for t in tasks if t.time_limit is not None and t.time_limit > limit)
         if long:
-            self.adapter.close()
+            self._close_quietly()
             raise ConfigurationError(
                 f"tasks {long} have a time_limit longer than the broker lets a delivery stay "
                 f"unacknowledged ({limit:.0f}s, RabbitMQ's consumer_timeout): the broker would "
@@ -369,7 +441,8 @@ class Worker:
         renew_every = cfg.lease / 3.0
         next_renewal = time.monotonic() + renew_every
         grace_deadline: float | None = None
-        backoff = 0.0
+        backoff = Backoff()
+        reconnect_in = 0.0
         acks: list[Delivery] = []
         # Successful late acks wait up to ACK_DELAY (or ACK_BATCH of them) to share one broker
         # call; a crash in that window redelivers them, which at-least-once allows.
@@ -377,9 +450,10 @@ class Worker:
         failing_since = 0.0
         while True:
             try:
-                if backoff:
-                    self._reconnect(backoff)
-                    backoff = 0.0
+                if reconnect_in:
+                    self._reconnect(reconnect_in)
+                    reconnect_in = 0.0
+                    backoff.reset()
                     failing_since = 0.0
                     if acks:
                         self._ack(acks)
@@ -469,8 +543,8 @@ class Worker:
                         f"broker {self.app.broker} unreachable for {cfg.broker_timeout:.0f}s "
                         f"(--broker-timeout); last error: {exc}"
                     ) from exc
-                backoff = min(max(backoff * 2, 0.1), 5.0)
-                log.warning("broker error (%s); reconnecting in %.1fs", exc, backoff)
+                reconnect_in = backoff.next()
+                log.warning("broker error (%s); reconnecting in %.1fs", exc, reconnect_in)
             except AdapterError as exc:
                 # Permanent (bad credentials, a missing queue…): retrying cannot help.
                 log.error("broker error that retrying cannot fix: %s", exc)
@@ -544,8 +618,38 @@ class Worker:
         return total
 
     def _accept(self, d: Delivery) -> None:
-        """Decode one delivery; buffer it, or settle it at once when it cannot run."""
+        """Decode one delivery; buffer it, or settle it at once when it cannot run.
+
+        Nothing one delivery holds may stop the worker: a record the adapter found malformed,
+        a body that is not bytes, or any error while turning it into a task dead-letters that
+        delivery (the body kept as it is) and the worker goes on.  Broker errors still reach
+        the loop, which reconnects.
+        """
         self.counters.received += 1
+        try:
+            self._classify(d)
+        except AdapterError:
+            raise
+        except Exception as exc:
+            log.error(
+                "message %s on %s dead-lettered (decode_error): turning it into a task raised "
+                "%s: %s",
+                d.message_id,
+                d.queue,
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
+            self._reject(d, "decode_error", f"{type(exc).__name__}: {exc}", None, log_it=False)
+
+    def _classify(self, d: Delivery) -> None:
+        if d.corrupt is not None:
+            self._reject(d, "corrupt_record", d.corrupt, None)
+            return
+        if not isinstance(d.body, bytes):
+            detail = f"the adapter delivered a {type(d.body).__name__} body, not bytes"
+            self._reject(d, "corrupt_record", detail, None)
+            return
         try:
             env = _envelope.decode(d.body)
         except UnknownEnvelopeVersion as exc:
@@ -600,9 +704,18 @@ class Worker:
         self._buffer.append(_Held(d, task, env, next(self._job_ids)))
 
     def _reject(
-        self, d: Delivery, reason: str, detail: str, env: _envelope.Envelope | None
+        self,
+        d: Delivery,
+        reason: str,
+        detail: str,
+        env: _envelope.Envelope | None,
+        *,
+        log_it: bool = True,
     ) -> None:
-        log.error("message %s on %s dead-lettered (%s): %s", d.message_id, d.queue, reason, detail)
+        if log_it:
+            log.error(
+                "message %s on %s dead-lettered (%s): %s", d.message_id, d.queue, reason, detail
+            )
         decision = settle(
             Ack.LATE, Outcome.REJECTED, attempt=d.attempt, max_deliveries=1, reason=reason
         )
@@ -631,6 +744,7 @@ class Worker:
         for h in batch:
             if id(h.delivery) in stale_ids:
                 continue  # the lease moved on: another worker owns it now
+            h.acked = h.task.ack is Ack.EARLY
             h.started = now
             self._running[h.job_id] = h
             self.counters.started += 1
@@ -660,12 +774,7 @@ class Worker:
             detail = f"idempotency_key of {h.task.name} raised {exc!r}"
             log.error("message %s dead-lettered: %s", h.delivery.message_id, detail)
             self._dead_letter(
-                h.delivery,
-                h.task,
-                h.envelope,
-                DeadLetterMessage("failed"),
-                detail,
-                None,
+                h.delivery, h.task, h.envelope, DeadLetterMessage("failed"), detail, None
             )
             return False
         if key is None:
@@ -925,12 +1034,16 @@ class Worker:
         body = None
         if env is not None:
             body = _envelope.encode(self._annotated(env, d, decision.reason, error, tb))
-        if decision.original_settled:
-            self.adapter.publish_dead(
-                d.queue, [Outgoing(d.message_id, body or d.body)], reason=decision.reason
-            )
-        else:
-            self.adapter.dead_letter(d, reason=decision.reason, body=body)
+        try:
+            if decision.original_settled:
+                self.adapter.publish_dead(
+                    d.queue, [Outgoing(d.message_id, body or d.body)], reason=decision.reason
+                )
+            else:
+                self.adapter.dead_letter(d, reason=decision.reason, body=body)
+        except StaleReceipt as exc:  # the lease moved on: the message is another's now
+            self._report_stale(exc, "dead_letter")
+            return
         self.counters.dead_lettered += 1
         self.counters.by_reason[decision.reason] = (
             self.counters.by_reason.get(decision.reason, 0) + 1
@@ -961,7 +1074,7 @@ class Worker:
             if claims:
                 self._idem_store.extend(claims, self.config.lease)
         held = [h.delivery for h in self._buffer if not h.lease_lost]
-        held += [h.delivery for h in self._running.values() if not h.lease_lost]
+        held += [h.delivery for h in self._running.values() if not (h.lease_lost or h.acked)]
         if not held or self.adapter.capabilities.lease_extension is not LeaseExtension.PER_MESSAGE:
             return
         try:
