@@ -268,9 +268,12 @@ def test_worker_gives_up_with_a_clear_error_when_the_broker_stays_unreachable():
         pass
 
     worker = ackwise.Worker(app, ackwise.WorkerConfig(pool="threads", broker_timeout=0.5))
-    # open() fails at once: a clear error, not a hang
-    with pytest.raises(BrokerUnavailable, match="test broker is down"):
+    # open() fails every time: retried with backoff, then a clear error, not a hang
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match="test broker is down") as caught:
         worker.run()
+    assert 0.5 <= time.monotonic() - started < 5
+    assert "unreachable at start" in str(caught.value)
 
 
 def test_worker_reconnects_then_gives_up_after_broker_timeout():

@@ -253,3 +253,35 @@ def test_default_prefetch_stays_four_per_slot_where_the_adapter_asks_for_no_deep
     with run_worker(app, concurrency=2) as w:
         w.join()
         assert w.worker.budget == 4 * 2
+
+
+def test_an_early_acked_task_is_not_lease_renewed_while_it_runs(app):
+    # Defect: the worker renewed the leases of running EARLY tasks after their ack; the broker
+    # had forgotten them, so every renewal was a "stale receipt … may run again elsewhere"
+    # warning (and a wasted broker call) for a task that cannot run again.
+    lease = 0.6
+
+    @app.task(name="slow_early", ack=Ack.EARLY)
+    def slow_early():
+        import time
+
+        time.sleep(lease * 2.5)  # several renewal rounds (every lease / 3)
+
+    @app.task(name="slow_late", ack=Ack.LATE)
+    def slow_late():
+        import time
+
+        time.sleep(lease * 2.5)
+
+    slow_early.delay()
+    with run_worker(app, lease=lease) as w:
+        report = w.join(timeout=20)
+        early_extended = w.worker.counters.extended
+        slow_late.delay()
+        report = w.join(timeout=20)
+        late_extended = w.worker.counters.extended - early_extended
+    assert not report.of("stale"), [e.info for e in report.of("stale")]
+    assert w.worker.counters.stale == 0
+    assert early_extended == 0
+    assert late_extended >= 3  # a LATE task's lease is still renewed
+    assert [e.task for e in report.succeeded] == ["slow_early", "slow_late"]
