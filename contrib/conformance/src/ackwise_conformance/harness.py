@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -117,6 +118,15 @@ class SimpleBroker:
         raise NotApplicable(f"broker {self.name}: the suite does not own a broker process")
 
 
+def process_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (a SIGSTOP took effect), from ``/proc``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] in ("T", "t")
+
+
 class WorkerHandle:
     """One ``ackwise worker`` process (or an in-process worker for the memory broker)."""
 
@@ -174,6 +184,10 @@ class WorkerHandle:
 
     def alive(self) -> bool:
         return self.proc.poll() is None if self.proc is not None else True
+
+    def stopped(self) -> bool:
+        """Whether the worker process is stopped (SIGSTOP took effect)."""
+        return self.proc is not None and process_stopped(self.proc.pid)
 
     def signal(self, sig: int) -> None:
         if self.proc is None:
@@ -283,12 +297,8 @@ class BeatHandle:
             os.kill(self.proc.pid, sig)
 
     def stopped(self) -> bool:
-        """Whether the process is stopped (SIGSTOP took effect), from ``/proc``."""
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-        except OSError:
-            return False
-        return stat.rpartition(")")[2].split()[0] in ("T", "t")
+        """Whether the process is stopped (SIGSTOP took effect)."""
+        return process_stopped(self.pid)
 
     def terminate(self) -> None:
         self.signal(signal.SIGTERM)
@@ -362,6 +372,8 @@ class Harness:
         self._fires: dict[str, list[Fire]] = {}
         self._extra_queues: set[str] = set()
         self._published: dict[str, str] = {}  # message id -> key
+        self._probe: Adapter | None = None
+        self._probe_thread: threading.Thread | None = None
 
     # -- time ------------------------------------------------------------------------------
     def t(self, seconds: float) -> float:
@@ -605,6 +617,36 @@ class Harness:
         except ProcessLookupError:
             pass
 
+    def write_gets_through(self, timeout: float) -> bool:
+        """Whether a write to the broker (a ``declare``) completes within ``timeout`` seconds.
+
+        A process frozen inside a SQLite write transaction holds every other writer of the
+        file until it runs again.  The probe runs on a thread of its own with an adapter of
+        its own; one that did not get through finishes once the writer runs again, before
+        the next probe starts.
+        """
+        if self._probe_thread is not None:
+            self._probe_thread.join()
+        if self._probe is None:
+            self._probe = open_adapter(self.broker.url)
+            self._probe.open()
+        probe = self._probe
+
+        def write() -> None:
+            try:
+                probe.declare(QueueSpec(self.queue, max_deliveries=3))
+            except AdapterError:
+                pass  # a write that failed did not get through either
+
+        thread = threading.Thread(target=write, name="write-probe", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            self._probe_thread = thread
+            return False
+        self._probe_thread = None
+        return True
+
     # -- the broker's view -----------------------------------------------------------------
     def stats(self) -> QueueStats:
         return self.adapter.stats(self.queue)
@@ -656,6 +698,13 @@ class Harness:
         if self._lock is not None:
             try:
                 self._lock.close()
+            except AdapterError:
+                pass
+        if self._probe is not None:
+            if self._probe_thread is not None:
+                self._probe_thread.join(30)
+            try:
+                self._probe.close()
             except AdapterError:
                 pass
         for queue in (self.queue, *sorted(self._extra_queues)):

@@ -324,7 +324,7 @@ def _pause_past_lease(h: Harness) -> tuple[Any, Any]:
     a = h.worker(pool="prefork", concurrency=1)
     h.publish(["victim"], {"gate": "victim"})
     h.wait_for("start", key="victim", attempt=1)
-    a.signal(signal.SIGSTOP)
+    _pause_outside_writes(a, lambda: h.write_gets_through(0.5), f"worker {a.index}")
     try:
         b = h.worker(pool="prefork", concurrency=1)  # B renews its own lease while it lives
         if _early(h):
@@ -832,23 +832,34 @@ def _wait_leader(h: Harness, beat: Any, group: str = "") -> None:
 
 
 def _pause(h: Harness, beat: Any) -> None:
-    """SIGSTOP ``beat`` at a moment it holds no write transaction of the lock store.
+    """SIGSTOP ``beat`` at a moment it holds no write transaction of the lock store."""
 
-    A process frozen inside a SQLite write transaction freezes every writer of the file (the
-    queue's too): that is a property of an embedded store, not the lock's contract, and the
-    scenario is about the lock.  A probe write tells: when it cannot get through, resume the
-    process for a moment and stop it again.
-    """
-    for _ in range(50):
-        beat.signal(signal.SIGSTOP)
-        eventually(beat.stopped, 5.0, description=f"beat {beat.index} to stop")
+    def lock_write_gets_through() -> bool:
         try:
             h.beat_lock.release("ackwise.conformance.probe", "probe")
-            return
         except AdapterError:
-            beat.signal(signal.SIGCONT)
-            h.quiet(0.02)
-    raise ScenarioFailed(f"beat {beat.index} could not be paused outside a store transaction")
+            return False
+        return True
+
+    _pause_outside_writes(beat, lock_write_gets_through, f"beat {beat.index}")
+
+
+def _pause_outside_writes(process: Any, write_gets_through: Callable[[], bool], name: str) -> None:
+    """SIGSTOP ``process`` at a moment it holds no write transaction of its store.
+
+    A process frozen inside a SQLite write transaction freezes every writer of the file until
+    it runs again: no other worker can take the paused one's messages, nor even start.  That
+    is a property of an embedded store, not of the contract the scenario is about, so where a
+    probe write cannot get through, the process is resumed for a moment and stopped again.
+    """
+    for _ in range(50):
+        process.signal(signal.SIGSTOP)
+        eventually(process.stopped, 5.0, description=f"{name} to stop")
+        if write_gets_through():
+            return
+        process.signal(signal.SIGCONT)
+        time.sleep(0.02)
+    raise ScenarioFailed(f"{name} could not be paused outside a write transaction")
 
 
 def _check_fires(
