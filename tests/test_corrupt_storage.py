@@ -7,6 +7,7 @@ file would leave them; a real worker drains (``ackwise_conformance.corruption``)
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import uuid
 from pathlib import Path
@@ -16,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import ackwise
 from ackwise import Ack, App, QueueSpec, open_adapter
-from ackwise._memory import _broker_for, _Message
+from ackwise._memory import MemoryAdapter, _broker_for, _Message
 from ackwise.testing import run_worker
 from ackwise_conformance.corruption import drain_among_corrupt
 
@@ -212,3 +214,43 @@ def test_every_mode_runs_each_valid_message_once_beside_corrupt_records() -> Non
     )
     assert set(outcome.valid.values()) == set(Ack)
     assert all(outcome.runs[mid] == 1 for mid in outcome.valid)
+
+
+# -- whatever an adapter hands over ------------------------------------------------------------
+class _OddMemoryAdapter(MemoryAdapter):
+    """The memory adapter, but the second message it delivers has a string delivery count:
+    what a buggy third-party adapter could hand over.  The worker must not stop on it."""
+
+    handed = 0
+
+    def receive(self, queue: str, *, max_messages: int, wait: float, lease: float) -> Any:
+        out = []
+        for d in super().receive(queue, max_messages=max_messages, wait=wait, lease=lease):
+            type(self).handed += 1
+            out.append(dataclasses.replace(d, attempt="2") if type(self).handed == 2 else d)
+        return out
+
+
+def test_an_error_turning_a_delivery_into_a_task_dead_letters_it_and_the_worker_goes_on() -> None:
+    class Plugin:
+        @ackwise.hookimpl
+        def ackwise_register_adapters(self, registry: Any) -> None:
+            registry.add("oddmemory", f"{__name__}:_OddMemoryAdapter", distribution="tests")
+
+    plugins = ackwise.Plugins(autoload=False)
+    plugins.register(Plugin(), name="odd-memory")
+    _OddMemoryAdapter.handed = 0
+    app = App("odd", broker=f"oddmemory://{uuid.uuid4().hex[:8]}", plugins=plugins)
+    ran = []
+
+    @app.task(name="t")
+    def t(n: int) -> None:
+        ran.append(n)
+
+    ids = [t.delay(n) for n in range(3)]
+    with run_worker(app, prefetch=1) as worker:
+        report = worker.join()
+    assert sorted(ran) == [0, 2]
+    [dead] = report.dead_lettered
+    assert (dead.message_id, dead.info["reason"]) == (ids[1], "decode_error")
+    assert "TypeError" in dead.info["error"]
