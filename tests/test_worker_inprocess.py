@@ -9,6 +9,7 @@ import pytest
 
 import ackwise
 from ackwise import Ack, App, Outgoing, QueueSpec, Retry
+from ackwise._memory import MemoryAdapter
 from ackwise.testing import run_worker
 
 
@@ -285,3 +286,52 @@ def test_an_early_acked_task_is_not_lease_renewed_while_it_runs(app):
     assert early_extended == 0
     assert late_extended >= 3  # a LATE task's lease is still renewed
     assert [e.task for e in report.succeeded] == ["slow_early", "slow_late"]
+
+
+class _EarlyAckCutOnce(MemoryAdapter):
+    """The memory broker, but its first early ack fails as a cut connection would (nothing
+    recorded).  Counts opens, to see the worker reconnect."""
+
+    cuts = 1
+    opens = 0
+
+    def open(self):
+        type(self).opens += 1
+        super().open()
+
+    def ack_before_start(self, deliveries):
+        if type(self).cuts:
+            type(self).cuts -= 1
+            raise ackwise.errors.TransientAdapterError("connection reset (test)")
+        super().ack_before_start(deliveries)
+
+
+def test_an_early_batch_whose_ack_was_cut_runs_after_the_reconnect_not_a_lease_later():
+    class Plugin:
+        @ackwise.hookimpl
+        def ackwise_register_adapters(self, registry):
+            registry.add("cutonce", f"{__name__}:_EarlyAckCutOnce", distribution="tests")
+
+    plugins = ackwise.Plugins(autoload=False)
+    plugins.register(Plugin(), name="cut-once")
+    _EarlyAckCutOnce.cuts, _EarlyAckCutOnce.opens = 1, 0
+    app = App("cut", broker=f"cutonce://{uuid.uuid4().hex[:8]}", plugins=plugins)
+    ran = []
+
+    @app.task(name="e", ack=Ack.EARLY)
+    def e(n):
+        ran.append(n)
+
+    @app.task(name="l", ack=Ack.LATE)
+    def late(n):
+        ran.append(-n)
+
+    e.delay(1)
+    late.delay(2)
+    # The lease is far longer than the test may take: the batch must not wait for it.
+    with run_worker(app, lease=60.0, concurrency=2) as w:
+        report = w.join(timeout=10)
+    assert sorted(ran) == [-2, 1]
+    assert _EarlyAckCutOnce.opens >= 2  # it reconnected
+    assert not report.of("stale")
+    app.close()

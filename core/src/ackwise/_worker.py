@@ -727,22 +727,24 @@ class Worker:
         if free <= 0:
             return
         batch: list[_Held] = []
-        while self._buffer and len(batch) < free:
-            h = self._buffer.popleft()
-            if self._idempotency_allows(h):
-                batch.append(h)
-        early = [h.delivery for h in batch if h.task.ack is Ack.EARLY]
-        stale_ids: set[int] = set()
-        if early:
-            # At most once: the broker forgets the message before the body starts.
-            try:
-                self.adapter.ack_before_start(early)
-            except StaleReceipt as exc:
-                stale_ids = {id(d) for d in exc.deliveries}
-                self._report_stale(exc, "early ack")
+        claiming: _Held | None = None
+        try:
+            while self._buffer and len(batch) < free:
+                claiming = self._buffer.popleft()
+                if claiming.idem_key is not None or self._idempotency_allows(claiming):
+                    batch.append(claiming)
+                claiming = None
+            stale_ids = self._ack_early(batch)
+        except TransientAdapterError:
+            # Nothing of the batch has started.  Keep it for after the reconnect: an early ack
+            # the broker did record then answers StaleReceipt (that message is not run), one
+            # it did not record goes through, instead of waiting a lease to come back.
+            self._buffer.extendleft(reversed(batch if claiming is None else [*batch, claiming]))
+            raise
         now = time.time()
         for h in batch:
             if id(h.delivery) in stale_ids:
+                self._idem_done(h, completed=False)  # not run here: its key is free again
                 continue  # the lease moved on: another worker owns it now
             h.acked = h.task.ack is Ack.EARLY
             h.started = now
@@ -752,6 +754,19 @@ class Worker:
             d = h.delivery
             receipt = repr(d.receipt) if h.task.bind else ""
             executor.submit(Job(h.job_id, d.attempt, d.body, receipt))
+
+    def _ack_early(self, batch: list[_Held]) -> set[int]:
+        """Ack the ``Ack.EARLY`` deliveries of ``batch``; return the ids of the stale ones."""
+        early = [h.delivery for h in batch if h.task.ack is Ack.EARLY]
+        if not early:
+            return set()
+        # At most once: the broker forgets the message before the body starts.
+        try:
+            self.adapter.ack_before_start(early)
+        except StaleReceipt as exc:
+            self._report_stale(exc, "early ack")
+            return {id(d) for d in exc.deliveries}
+        return set()
 
     # -- idempotency keys ------------------------------------------------------------------
     def _key_of(self, h: _Held) -> str | None:
