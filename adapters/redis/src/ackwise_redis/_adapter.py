@@ -6,11 +6,11 @@ with ``EVALSHA`` on one connection; a queue's keys share the hash tag ``{<prefix
 ``ready`` (list)
     seqs of messages ready now, FIFO, as ``"<seq>#<n>"`` (``n``: deliveries so far).
 ``delayed`` (sorted set, score = due time)
-    native delays; due entries move to ``ready`` atomically inside ``receive``.
+    native delays; due entries are taken (or moved to ``ready``) inside ``receive``.
 ``inflight`` (sorted set, score = lease deadline)
     members ``"<seq>#<n>#<token>"``: a receipt *is* its member, so a settlement with an old
     receipt matches nothing and raises :class:`~ackwise.errors.StaleReceipt`.  Expired
-    members go back to ``ready`` inside ``receive`` (no separate sweeper).
+    members are taken again (or go back to ``ready``) inside ``receive`` (no separate sweeper).
 ``data`` (hash)
     ``seq -> "<len(id)>:<id><body>"``.
 ``dead``, ``dead_info``, ``dead_ids``
@@ -21,6 +21,26 @@ with ``EVALSHA`` on one connection; a queue's keys share the hash tag ``{<prefix
 The server's clock (``TIME``) sets every deadline and due time, so workers on hosts with
 skewed clocks still agree on when a lease expires.  ``Delivery.lease_deadline`` is therefore
 the Redis host's wall clock.
+
+Corrupt storage.  Redis keeps the writes of a script that fails halfway, so every script reads
+and checks all it needs before its first write, and only that first write can still fail (on
+the server's state: OOM, MISCONF, or a key of the wrong type).  What a queue's keys hold is
+never trusted:
+
+- an entry that is not ``<seq>#<n>`` (in flight: ``<seq>#<n>#<token>``), or whose data record
+  is missing, is taken by ``receive`` under a stand-in seq (``<ms>-<where>.<token>.<i>``)
+  whose data is ``"0:" + the raw entry``: the empty message id, which ackwise never writes,
+  marks it as corrupt, in this delivery and in any redelivery after a crash;
+- a data value that is not ``<len>:<id><body>`` with a non-empty UTF-8 id is delivered as it
+  is (``body`` = the whole value).
+
+Both are handed to the worker as a :class:`~ackwise.Delivery` with ``corrupt`` set, a stand-in
+``message_id`` (``corrupt-<seq>``) and a real receipt; the worker dead-letters them
+``corrupt_record``.  Their dead letter is framed under the stand-in id with the record's bytes
+as found as its body, so ``ackwise dlq`` lists, replays and deletes it by that id.  A key of the
+wrong Redis type (or a ``seq`` counter that holds no count) is renamed aside to
+``<key>:quarantined:<server time in µs>`` with one ERROR log line, and the call that met it runs
+again: that call wrote nothing, so running it again is safe.
 
 The adapter talks to Redis through one redis-py ``Connection`` (no pool, no retries inside
 the driver): the worker calls an adapter from one thread, and a transient error surfaces as
@@ -33,6 +53,7 @@ import hashlib
 import itertools
 import logging
 import os
+import re
 import select
 import time
 from collections.abc import Iterator, Sequence
@@ -116,10 +137,25 @@ _REQUEUE_DEAD = _load_script("requeue_dead")
 _DELETE_DEAD = _load_script("delete_dead")
 _PURGE = _load_script("purge")
 _STATS = _load_script("stats")
+_QUARANTINE = _load_script("quarantine")
 
 
 # Warn once per broker and process about an eviction policy, not on every reconnect.
 _warned: set[str] = set()
+
+
+#: What each key of a queue holds (``counter``: a string of a decimal count), in field order.
+_KEY_TYPES = {
+    "ready": "list",
+    "delayed": "zset",
+    "inflight": "zset",
+    "data": "hash",
+    "seq": "counter",
+    "notify": "list",
+    "dead": "zset",
+    "dead_info": "hash",
+    "dead_ids": "hash",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,25 +169,14 @@ class _Keys:
     dead: bytes
     dead_info: bytes
     dead_ids: bytes
+    #: (key, what it must hold) for every key above: what the quarantine checks.
+    typed: tuple[tuple[bytes, str], ...]
 
 
 def _keys(prefix: str, queue: str) -> _Keys:
     tag = f"{{{prefix}:{queue}}}"
-    k = {
-        name: f"{tag}:{name.replace('_', '-')}".encode()
-        for name in (
-            "ready",
-            "delayed",
-            "inflight",
-            "data",
-            "seq",
-            "notify",
-            "dead",
-            "dead_info",
-            "dead_ids",
-        )
-    }
-    return _Keys(**k)
+    k = {name: f"{tag}:{name.replace('_', '-')}".encode() for name in _KEY_TYPES}
+    return _Keys(**k, typed=tuple((k[name], kind) for name, kind in _KEY_TYPES.items()))
 
 
 def _pack(m: Outgoing) -> bytes:
@@ -159,20 +184,120 @@ def _pack(m: Outgoing) -> bytes:
     return b"%d:%s%s" % (len(mid), mid, m.body)
 
 
-def _unpack(data: bytes) -> tuple[str, bytes]:
-    colon = data.index(b":")
-    start = colon + 1
-    end = start + int(data[:colon])
-    return data[start:end].decode(), data[end:]
+# -- records ackwise did not write ---------------------------------------------------------
+#: Digits a data value's id length may have (ids are far shorter than a billion bytes).
+_LEN_DIGITS = 9
+#: Where receive.lua found an entry it could not read, by the ``<where>`` of its stand-in seq.
+_STAND_IN = re.compile(rb"[0-9a-f]+-(ready|delayed|inflight|nodata)\.")
+_ENTRY_PROBLEMS = {
+    b"ready": "ready entry %s is not <seq>#<n>",
+    b"delayed": "delayed entry %s is not <seq>#<n>",
+    b"inflight": "in-flight entry %s is not <seq>#<n>#<token>",
+    b"nodata": "entry %s has no data record",
+}
+
+
+def _framed(data: object) -> tuple[str, bytes] | None:
+    """(id, body) of a data value ``<len(id)>:<id><body>``, or None when it is not one."""
+    if type(data) is not bytes:
+        return None
+    colon = data.find(b":", 0, _LEN_DIGITS + 1)
+    if colon < 1 or not data[:colon].isdigit():
+        return None
+    end = colon + 1 + int(data[:colon])
+    if end == colon + 1 or end > len(data):
+        return None
+    try:
+        return data[colon + 1 : end].decode(), data[end:]
+    except UnicodeDecodeError:
+        return None
+
+
+def _framing_problem(data: bytes) -> str:
+    colon = data.find(b":", 0, _LEN_DIGITS + 1)
+    if colon < 1 or not data[:colon].isdigit():
+        return "no <len>: prefix"
+    length = int(data[:colon])
+    if length == 0:
+        return "the message id is empty"
+    if colon + 1 + length > len(data):
+        return f"an id of {length} bytes runs past the end of its {len(data)} bytes"
+    return "the message id is not UTF-8"
+
+
+def _show(raw: bytes) -> str:
+    return repr(raw[:60]) + ("..." if len(raw) > 60 else "")
+
+
+def _stand_in_id(seq: bytes) -> str:
+    return "corrupt-" + seq.decode("utf-8", "backslashreplace")
+
+
+def _unreadable(seq: bytes, data: object) -> tuple[str, bytes]:
+    """What is wrong with a data record that is not framed, and the bytes its dead letter keeps.
+
+    A stand-in record of receive.lua (``"0:" + raw entry``) keeps the raw entry; any other
+    keeps the whole data value.
+    """
+    if type(data) is not bytes:
+        return f"data record {_show(seq)} is missing", b""
+    stand_in = _STAND_IN.match(seq)
+    if stand_in is not None and data.startswith(b"0:"):
+        return _ENTRY_PROBLEMS[stand_in.group(1)] % _show(data[2:]), data[2:]
+    return f"data record {_show(seq)} is not <len>:<id><body>: {_framing_problem(data)}", data
+
+
+def _delivery(queue: str, member: bytes, data: object, deadline: float) -> Delivery:
+    """One delivery of a receive reply; a record that cannot be read becomes a corrupt one."""
+    seq, _, rest = member.partition(b"#")
+    count = rest.partition(b"#")[0]
+    attempt = int(count) if count.isdigit() and len(count) <= _LEN_DIGITS + 1 else 1
+    record = _framed(data)
+    if record is not None:
+        return Delivery(queue, record[0], record[1], member, attempt, deadline)
+    problem, raw = _unreadable(seq, data)
+    return Delivery(queue, _stand_in_id(seq), raw, member, attempt, deadline, corrupt=problem)
+
+
+def _dead_letter_of(
+    queue: str, seq: bytes, dead_at: object, data: object, info: object
+) -> DeadLetter:
+    """A dead letter as stored, whatever its data and info hold."""
+    record = _framed(data)
+    if record is None:
+        mid, body = _stand_in_id(seq), data if type(data) is bytes else b""
+    else:
+        mid, body = record
+    attempt, reason = 0, "unknown"
+    if type(info) is bytes:
+        count, _, text = info.partition(b"|")
+        attempt = int(count) if count.isdigit() and len(count) <= 18 else 0
+        reason = text.decode("utf-8", "replace") or "unknown"
+    return DeadLetter(queue, mid, body, reason, _number(dead_at), attempt)
+
+
+def _number(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _seq_time(entry: bytes) -> float | None:
     """Enqueue time (server clock, seconds) carried by a seq or an entry that starts with one."""
     head = entry.split(b"-", 1)[0]
+    if not 0 < len(head) <= 12:  # 12 hex digits of milliseconds: beyond the year 10000
+        return None
     try:
         return int(head, 16) / 1000.0
     except ValueError:
         return None
+
+
+def _is_wrong_storage(exc: rx.ResponseError) -> bool:
+    """Did a script meet a key of the wrong type, or a seq counter that holds no count?"""
+    text = str(exc)
+    return "WRONGTYPE" in text or "ACKWISE_CORRUPT" in text
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -347,6 +472,36 @@ class RedisAdapter(Adapter):
             conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
             return conn.read_response()
 
+    def _run(self, script: _Script, k: _Keys, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        """Run a script of the queue whose keys are ``k``, past a wrong-typed key of it.
+
+        The failed call wrote nothing (no script writes before its checks), so it runs once more
+        after the quarantine, also when another client set the key aside first.
+        """
+        try:
+            return self._eval(script, keys, args)
+        except rx.ResponseError as exc:
+            if not _is_wrong_storage(exc):
+                raise
+            self._quarantine(k.typed)
+        return self._eval(script, keys, args)
+
+    def _quarantine(self, typed: Sequence[tuple[bytes, str]]) -> None:
+        """Rename aside the keys that hold what ackwise never writes there, one ERROR each."""
+        wants = dict(typed)
+        moved = self._eval(_QUARANTINE, list(wants), list(wants.values()))
+        for i in range(0, len(moved) - 2, 3):
+            key, held, aside = moved[i : i + 3]
+            want = wants.get(key, "?")
+            log.error(
+                "Redis key %s held a %s where ackwise keeps a %s: renamed it to %s (kept for "
+                "inspection; delete it when done) and went on",
+                key.decode("utf-8", "backslashreplace"),
+                held.decode(),
+                "count" if want == "counter" else want,
+                aside.decode("utf-8", "backslashreplace"),
+            )
+
     def keys(self, queue: str) -> _Keys:
         """The Redis keys of ``queue``."""
         k = self._keys.get(queue)
@@ -363,16 +518,25 @@ class RedisAdapter(Adapter):
     def declare(self, queue: QueueSpec) -> None:
         self.keys(queue.name)
         with self._errors():
-            conn = self._connection()
-            conn.send_command("SADD", self._queues_key, queue.name)
-            conn.read_response()
+            self._registry("SADD", self._queues_key, queue.name)
 
     def queues(self) -> Sequence[str]:
         with self._errors():
-            conn = self._connection()
-            conn.send_command("SMEMBERS", self._queues_key)
-            names = conn.read_response()
-        return sorted(n.decode() for n in names)
+            names = self._registry("SMEMBERS", self._queues_key)
+        return sorted(n.decode("utf-8", "backslashreplace") for n in names)
+
+    def _registry(self, *command: Any) -> Any:
+        """A command on the set of queue names, past a wrong-typed key (set aside, as queues')."""
+        conn = self._connection()
+        try:
+            conn.send_command(*command)
+            return conn.read_response()
+        except rx.ResponseError as exc:
+            if not _is_wrong_storage(exc):
+                raise
+            self._quarantine(((self._queues_key, "set"),))
+        conn.send_command(*command)
+        return conn.read_response()
 
     # -- producing -------------------------------------------------------------------------
     def _check_sizes(self, messages: Sequence[Outgoing]) -> bool:
@@ -405,7 +569,7 @@ class RedisAdapter(Adapter):
         delayed = self._check_sizes(messages)
         with self._errors():
             if len(messages) == 1 and not delayed:  # the one-call-per-task hot path
-                self._eval(_PUBLISH, keys, (b"0", _pack(messages[0])))
+                self._run(_PUBLISH, k, keys, (b"0", _pack(messages[0])))
                 return
             for chunk in self._publish_chunks(messages):
                 args: list[Any]
@@ -416,7 +580,7 @@ class RedisAdapter(Adapter):
                         args.append(repr(max(m.delay, 0.0)))
                 else:
                     args = [b"0", *map(_pack, chunk)]
-                self._eval(_PUBLISH, keys, args)
+                self._run(_PUBLISH, k, keys, args)
 
     def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
         if not messages:
@@ -429,7 +593,7 @@ class RedisAdapter(Adapter):
                 for m in chunk:
                     args.append(m.id)
                     args.append(_pack(m))
-                self._eval(_PUBLISH_DEAD, keys, args)
+                self._run(_PUBLISH_DEAD, k, keys, args)
 
     # -- consuming -------------------------------------------------------------------------
     def _token(self) -> str:
@@ -445,7 +609,7 @@ class RedisAdapter(Adapter):
         n = min(max_messages, RECEIVE_LIMIT)
         lease_arg = repr(float(lease))
         with self._errors():
-            reply = self._eval(_RECEIVE, keys, (n, lease_arg, self._token(), SWEEP_LIMIT))
+            reply = self._run(_RECEIVE, k, keys, (n, lease_arg, self._token(), SWEEP_LIMIT))
             if reply[0] or wait <= 0:
                 return self._deliveries(queue, reply)
             end = time.monotonic() + wait
@@ -456,42 +620,33 @@ class RedisAdapter(Adapter):
                 if reply[1]:
                     remaining = min(remaining, max(float(reply[1]), 0.0))
                 if remaining > 0.0005:
-                    self._wait_for_wakeup(k.notify, remaining)
-                reply = self._eval(_RECEIVE, keys, (n, lease_arg, self._token(), SWEEP_LIMIT))
+                    self._wait_for_wakeup(k, remaining)
+                reply = self._run(_RECEIVE, k, keys, (n, lease_arg, self._token(), SWEEP_LIMIT))
                 if reply[0]:
                     return self._deliveries(queue, reply)
 
-    def _wait_for_wakeup(self, notify: bytes, timeout: float) -> None:
+    def _wait_for_wakeup(self, k: _Keys, timeout: float) -> None:
         """Block until a publisher (or a receiver with more ready) pushes a token, or timeout."""
         conn = self._connection()
         # BLPOP treats 0 as "forever"; the socket must outwait the server-side timeout.
         timeout = min(max(timeout, 0.001), max(self.settings.socket_timeout - 1.0, 0.5))
-        conn.send_command("BLPOP", notify, f"{timeout:.3f}")
-        conn.read_response(timeout=timeout + self.settings.socket_timeout)
+        try:
+            conn.send_command("BLPOP", k.notify, f"{timeout:.3f}")
+            conn.read_response(timeout=timeout + self.settings.socket_timeout)
+        except rx.ResponseError as exc:  # a wrong-typed notify key: set it aside, look again
+            if not _is_wrong_storage(exc):
+                raise
+            self._quarantine(k.typed)
 
     @staticmethod
-    def _deliveries(queue: str, reply: list[bytes]) -> list[Delivery]:
-        if not reply[0]:
+    def _deliveries(queue: str, reply: list[Any]) -> list[Delivery]:
+        """The deliveries of a receive reply; never raises on what the records hold."""
+        if not reply or not reply[0]:
             return []
-        deadline = float(reply[0])
-        out = []
-        for i in range(1, len(reply), 2):
-            member = reply[i]
-            data = reply[i + 1]
-            colon = data.index(b":")
-            start = colon + 1
-            end = start + int(data[:colon])
-            out.append(
-                Delivery(
-                    queue,
-                    data[start:end].decode(),
-                    data[end:],
-                    member,
-                    int(member.split(b"#", 2)[1]),
-                    deadline,
-                )
-            )
-        return out
+        deadline = _number(reply[0])
+        return [
+            _delivery(queue, reply[i], reply[i + 1], deadline) for i in range(1, len(reply) - 1, 2)
+        ]
 
     @staticmethod
     def _by_queue(deliveries: Sequence[Delivery]) -> Iterator[tuple[str, Sequence[Delivery]]]:
@@ -513,7 +668,7 @@ class RedisAdapter(Adapter):
                 k = self.keys(queue)
                 keys = (k.inflight, k.data)
                 for chunk in _chunks(group, SETTLE_CHUNK):
-                    positions = self._eval(_ACK, keys, [d.receipt for d in chunk])
+                    positions = self._run(_ACK, k, keys, [d.receipt for d in chunk])
                     stale.extend(chunk[p - 1] for p in positions)
         if stale:
             raise StaleReceipt(stale, "ack")
@@ -525,9 +680,11 @@ class RedisAdapter(Adapter):
         lease_arg = repr(float(lease))
         with self._errors():
             for queue, group in self._by_queue(deliveries):
-                keys = (self.keys(queue).inflight,)
+                k = self.keys(queue)
+                keys = (k.inflight,)
                 for chunk in _chunks(group, SETTLE_CHUNK):
-                    positions = self._eval(_EXTEND, keys, [lease_arg, *(d.receipt for d in chunk)])
+                    args = [lease_arg, *(d.receipt for d in chunk)]
+                    positions = self._run(_EXTEND, k, keys, args)
                     stale.extend(chunk[p - 1] for p in positions)
         if stale:
             raise StaleReceipt(stale, "extend")
@@ -538,18 +695,29 @@ class RedisAdapter(Adapter):
             self.check_delay(delay)
         k = self.keys(delivery.queue)
         with self._errors():
-            done = self._eval(
-                _NACK, (k.inflight, k.ready, k.delayed, k.notify), (delivery.receipt, repr(delay))
+            done = self._run(
+                _NACK,
+                k,
+                (k.inflight, k.ready, k.delayed, k.notify),
+                (delivery.receipt, repr(delay)),
             )
         if not done:
             raise StaleReceipt([delivery], "nack")
 
     def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
         k = self.keys(delivery.queue)
-        replacement = b"" if body is None else _pack(Outgoing(delivery.message_id, body))
+        if body is not None:
+            replacement = _pack(Outgoing(delivery.message_id, body))
+        elif delivery.corrupt is not None:
+            # Framed under its stand-in id, the bytes as found: listed, replayed and deleted by
+            # that id; a replay is then a well-framed message (a decode_error if it is none).
+            replacement = _pack(Outgoing(delivery.message_id, delivery.body))
+        else:
+            replacement = b""
         with self._errors():
-            done = self._eval(
+            done = self._run(
                 _DEAD_LETTER,
+                k,
                 (k.inflight, k.data, k.dead, k.dead_info, k.dead_ids),
                 (delivery.receipt, delivery.message_id, reason, replacement),
             )
@@ -560,7 +728,7 @@ class RedisAdapter(Adapter):
     def stats(self, queue: str) -> QueueStats:
         k = self.keys(queue)
         with self._errors():
-            reply = self._eval(_STATS, (k.ready, k.delayed, k.inflight, k.dead), ())
+            reply = self._run(_STATS, k, (k.ready, k.delayed, k.inflight, k.dead), ())
         ready, delayed, in_flight, dead = (int(x) for x in reply[:4])
         now = float(reply[4])
         times = [t for t in map(_seq_time, reply[5:8]) if t is not None]
@@ -579,14 +747,8 @@ class RedisAdapter(Adapter):
             return []
         k = self.keys(queue)
         with self._errors():
-            reply = self._eval(_DEAD_LETTERS, (k.dead, k.data, k.dead_info), (limit,))
-        out = []
-        for i in range(0, len(reply), 3):
-            dead_at, data, info = reply[i : i + 3]
-            mid, body = _unpack(data) if data else ("?", b"")
-            attempt, _, reason = info.decode().partition("|")
-            out.append(DeadLetter(queue, mid, body, reason, float(dead_at), int(attempt)))
-        return out
+            reply = self._run(_DEAD_LETTERS, k, (k.dead, k.data, k.dead_info), (limit,))
+        return [_dead_letter_of(queue, *reply[i : i + 4]) for i in range(0, len(reply) - 3, 4)]
 
     def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
         if not message_ids:
@@ -596,7 +758,7 @@ class RedisAdapter(Adapter):
         moved = 0
         with self._errors():
             for chunk in _chunks(list(message_ids), PUBLISH_CHUNK):
-                moved += int(self._eval(_REQUEUE_DEAD, keys, chunk))
+                moved += int(self._run(_REQUEUE_DEAD, k, keys, chunk))
         return moved
 
     def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
@@ -604,10 +766,10 @@ class RedisAdapter(Adapter):
         keys = (k.dead, k.dead_info, k.dead_ids, k.data)
         with self._errors():
             if message_ids is None:
-                return int(self._eval(_DELETE_DEAD, keys, ("*",)))
+                return int(self._run(_DELETE_DEAD, k, keys, ("*",)))
             deleted = 0
             for chunk in _chunks(list(message_ids), PUBLISH_CHUNK):
-                deleted += int(self._eval(_DELETE_DEAD, keys, ("=", *chunk)))
+                deleted += int(self._run(_DELETE_DEAD, k, keys, ("=", *chunk)))
             return deleted
 
     def purge(self, queue: str) -> int:
@@ -616,7 +778,7 @@ class RedisAdapter(Adapter):
         total = 0
         with self._errors():
             while True:
-                ready, delayed = self._eval(_PURGE, keys, (PURGE_CHUNK,))
+                ready, delayed = self._run(_PURGE, k, keys, (PURGE_CHUNK,))
                 total += int(ready) + int(delayed)
                 if ready < PURGE_CHUNK and delayed < PURGE_CHUNK:
                     return total

@@ -5,31 +5,58 @@
 --   KEYS[2] dead_info  HASH  <seq> -> "<attempt>|<reason>"
 --   KEYS[3] dead_ids   HASH  <message id> -> "<seq> <seq> ..."
 --   KEYS[4] data       HASH  <seq> -> "<len(id)>:<id><body>"
--- ARGV[1] "*": every dead letter; "=": the message ids in ARGV[2..]
+-- ARGV[1] "*": every dead letter; "=": the message ids in ARGV[2..] ("corrupt-<seq>" that
+-- dead_ids does not know names the dead letter <seq> itself, as in requeue_dead.lua)
 --
+-- Reads and checks first; the first write is the one that can still fail.
 -- Returns how many dead letters were deleted.
-local deleted = 0
+local function chunked(command, key, list)  -- one call per 1000 (unpack()'s limits)
+  local out = {}
+  for i = 1, #list, 1000 do
+    local part = redis.call(command, key, unpack(list, i, math.min(i + 999, #list)))
+    if type(part) == 'table' then for j = 1, #part do out[#out + 1] = part[j] end end
+  end
+  return out
+end
+
 if ARGV[1] == '*' then
   local seqs = redis.call('ZRANGE', KEYS[1], 0, -1)
-  for i = 1, #seqs, 1000 do
-    local chunk = {}
-    for j = i, math.min(i + 999, #seqs) do chunk[#chunk + 1] = seqs[j] end
-    redis.call('HDEL', KEYS[4], unpack(chunk))
-  end
+  chunked('HDEL', KEYS[4], seqs)  -- the first write; DEL cannot fail
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
   return #seqs
 end
-for i = 2, #ARGV do
-  local seqs = redis.call('HGET', KEYS[3], ARGV[i])
-  if seqs then
-    redis.call('HDEL', KEYS[3], ARGV[i])
-    for seq in string.gmatch(seqs, '%S+') do
-      if redis.call('ZREM', KEYS[1], seq) == 1 then
-        redis.call('HDEL', KEYS[2], seq)
-        redis.call('HDEL', KEYS[4], seq)
-        deleted = deleted + 1
-      end
-    end
+if ARGV[1] ~= '=' then return redis.error_reply('ERR ackwise delete_dead: bad mode') end
+local named, candidates, seen = {}, {}, {}
+local function consider(seq)
+  if not seen[seq] then
+    seen[seq] = true
+    candidates[#candidates + 1] = seq
   end
 end
-return deleted
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  local listed = redis.call('HGET', KEYS[3], id)
+  if listed then
+    named[#named + 1] = id
+    for seq in string.gmatch(listed, '%S+') do consider(seq) end
+  elseif #id > 8 and string.sub(id, 1, 8) == 'corrupt-' then
+    consider(string.sub(id, 9))
+  end
+end
+local dead = {}
+local scores = chunked('ZMSCORE', KEYS[1], candidates)
+for i = 1, #candidates do
+  if scores[i] then dead[#dead + 1] = candidates[i] end
+end
+if #dead > 0 then
+  redis.call('HLEN', KEYS[2])
+  redis.call('HLEN', KEYS[4])
+end
+
+if #named > 0 then chunked('HDEL', KEYS[3], named) end
+if #dead > 0 then
+  chunked('ZREM', KEYS[1], dead)
+  chunked('HDEL', KEYS[2], dead)
+  chunked('HDEL', KEYS[4], dead)
+end
+return #dead

@@ -4,9 +4,13 @@
 --   KEYS[1] inflight  ZSET  "<seq>#<n>#<token>" -> lease deadline
 -- ARGV[1] lease (seconds from now, server clock), ARGV[2..] receipts (in-flight members)
 --
+-- One write, after every check.
 -- Returns the 1-based positions (among the receipts) of the stale ones; they change nothing.
+local lease = tonumber(ARGV[1])
+if not lease or lease ~= lease then return redis.error_reply('ERR ackwise extend: bad lease') end
+if #ARGV < 2 then return {} end
 local t = redis.call('TIME')
-local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[1])
+local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + lease
 local members = {}
 for i = 2, #ARGV do members[i - 1] = ARGV[i] end
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(members))

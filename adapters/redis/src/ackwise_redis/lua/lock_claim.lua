@@ -7,13 +7,19 @@
 -- ARGV[1] token, ARGV[2] schedule, ARGV[3] fire time (us), ARGV[4] fires kept per schedule
 --
 -- Returns 1 (claimed: enqueue it), 0 (claimed before: do not), -1 (not the holder: nothing
--- recorded).  The token check and the record are one atomic step.
+-- recorded).  The token check and the record are one atomic step.  Reads and checks first;
+-- the ZADD is the first write, the one that can still fail.
+local fire, keep = tonumber(ARGV[3]), tonumber(ARGV[4])
+if not (ARGV[2] and fire and fire == fire and keep and keep >= 1) then
+  return redis.error_reply('ERR ackwise lock_claim: bad arguments')
+end
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
   return -1
 end
+redis.call('SCARD', KEYS[3])
 if redis.call('ZADD', KEYS[2], 'NX', ARGV[3], ARGV[3]) == 0 then
   return 0
 end
 redis.call('SADD', KEYS[3], ARGV[2])
-redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[4]) + 1))
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(math.floor(keep) + 1))
 return 1

@@ -4,16 +4,23 @@
 --   KEYS[1] ready     LIST  "<seq>#<n>"
 --   KEYS[2] delayed   ZSET  "<seq>#<n>" -> due time
 --   KEYS[3] data      HASH  <seq> -> "<len(id)>:<id><body>"
--- ARGV[1] limit per call (the caller repeats while a chunk came back full, so one call never
--- blocks Redis for long)
+-- ARGV[1] limit per call, at most 1000 (the caller repeats while a chunk came back full, so
+-- one call never blocks Redis for long)
 --
+-- Entries of any form go (a malformed one's seq is whatever precedes its first '#').  Reads
+-- first; the data hash is the first write, the one that can still fail.
 -- Returns {ready deleted, delayed deleted}.
 local limit = tonumber(ARGV[1])
-local ready = redis.call('LPOP', KEYS[1], limit) or {}
+if not limit or limit < 1 or limit > 1000 then
+  return redis.error_reply('ERR ackwise purge: bad limit')
+end
+limit = math.floor(limit)
+local ready = redis.call('LRANGE', KEYS[1], 0, limit - 1)
 local delayed = redis.call('ZRANGE', KEYS[2], 0, limit - 1)
-if #delayed > 0 then redis.call('ZREM', KEYS[2], unpack(delayed)) end
 local seqs = {}
 for i = 1, #ready do seqs[#seqs + 1] = string.match(ready[i], '^[^#]*') end
 for i = 1, #delayed do seqs[#seqs + 1] = string.match(delayed[i], '^[^#]*') end
 if #seqs > 0 then redis.call('HDEL', KEYS[3], unpack(seqs)) end
+if #ready > 0 then redis.call('LTRIM', KEYS[1], #ready, -1) end
+if #delayed > 0 then redis.call('ZREM', KEYS[2], unpack(delayed)) end
 return {#ready, #delayed}

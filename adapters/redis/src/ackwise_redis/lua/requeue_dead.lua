@@ -6,35 +6,86 @@
 --   KEYS[3] dead_ids   HASH  <message id> -> "<seq> <seq> ..."
 --   KEYS[4] data       HASH  <seq> -> "<len(id)>:<id><body>"
 --   KEYS[5] ready      LIST  "<seq>#<n>"
---   KEYS[6] seq        STRING counter
+--   KEYS[6] seq        STRING counter (see publish.lua)
 --   KEYS[7] notify     LIST  wake-up tokens for idle receivers
--- ARGV[1..] message ids
+-- ARGV[1..] message ids; "corrupt-<seq>" that dead_ids does not know names the dead letter
+-- <seq> itself (the stand-in id under which a record without a readable id is listed)
 --
 -- Atomic: each dead letter leaves the store and enters the queue in the same step, under a
--- new seq (fresh enqueue time, delivery count 0), so a replay run twice replays it once.
+-- new seq (fresh enqueue time, delivery count 0), so a replay run twice replays it once.  A
+-- dead letter without data leaves the store and is not counted.  Reads and checks first; the
+-- first write (dead_ids) is the one that can still fail.
 -- Returns how many messages moved.
+local function chunked(command, key, list)  -- one call per 1000 (unpack()'s limits)
+  local out = {}
+  for i = 1, #list, 1000 do
+    local part = redis.call(command, key, unpack(list, i, math.min(i + 999, #list)))
+    if type(part) == 'table' then for j = 1, #part do out[#out + 1] = part[j] end end
+  end
+  return out
+end
+
+local named, candidates, seen = {}, {}, {}
+local function consider(seq)
+  if not seen[seq] then
+    seen[seq] = true
+    candidates[#candidates + 1] = seq
+  end
+end
+for i = 1, #ARGV do
+  local id = ARGV[i]
+  local listed = redis.call('HGET', KEYS[3], id)
+  if listed then
+    named[#named + 1] = id
+    for seq in string.gmatch(listed, '%S+') do consider(seq) end
+  elseif #id > 8 and string.sub(id, 1, 8) == 'corrupt-' then
+    consider(string.sub(id, 9))
+  end
+end
+local dead = {}
+local scores = chunked('ZMSCORE', KEYS[1], candidates)
+for i = 1, #candidates do
+  if scores[i] then dead[#dead + 1] = candidates[i] end
+end
+local bodies = chunked('HMGET', KEYS[4], dead)
+redis.call('HLEN', KEYS[2])
+local moved = 0
+for i = 1, #dead do if bodies[i] then moved = moved + 1 end end
+local last, wake = 0, false
+if moved > 0 then
+  local stored = redis.call('GET', KEYS[6])
+  if stored then
+    last = #stored <= 16 and string.match(stored, '^%d+$') and tonumber(stored)
+    if not last or last >= 4503599627370496 then
+      return redis.error_reply('ACKWISE_CORRUPT the seq counter holds no count')
+    end
+  end
+  redis.call('LLEN', KEYS[5])
+  wake = redis.call('LLEN', KEYS[7]) == 0
+end
 local t = redis.call('TIME')
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = string.format('%x-', ms)
-local moved = 0
-for i = 1, #ARGV do
-  local seqs = redis.call('HGET', KEYS[3], ARGV[i])
-  if seqs then
-    redis.call('HDEL', KEYS[3], ARGV[i])
-    for seq in string.gmatch(seqs, '%S+') do
-      if redis.call('ZREM', KEYS[1], seq) == 1 then
-        redis.call('HDEL', KEYS[2], seq)
-        local body = redis.call('HGET', KEYS[4], seq)
-        redis.call('HDEL', KEYS[4], seq)
-        if body then
-          local new = prefix .. string.format('%x', redis.call('INCR', KEYS[6]))
-          redis.call('HSET', KEYS[4], new, body)
-          redis.call('RPUSH', KEYS[5], new .. '#0')
-          moved = moved + 1
-        end
-      end
-    end
+local fields, entries = {}, {}
+for i = 1, #dead do
+  if bodies[i] then
+    local new = prefix .. string.format('%x', last + #entries + 1)
+    fields[#fields + 1] = new
+    fields[#fields + 1] = bodies[i]
+    entries[#entries + 1] = new .. '#0'
   end
 end
-if moved > 0 and redis.call('LLEN', KEYS[7]) == 0 then redis.call('RPUSH', KEYS[7], '1') end
+
+if #named > 0 then chunked('HDEL', KEYS[3], named) end
+if #dead > 0 then
+  chunked('ZREM', KEYS[1], dead)
+  chunked('HDEL', KEYS[2], dead)
+  chunked('HDEL', KEYS[4], dead)
+end
+if moved > 0 then
+  chunked('HSET', KEYS[4], fields)
+  chunked('RPUSH', KEYS[5], entries)
+  redis.call('SET', KEYS[6], string.format('%d', last + moved))
+  if wake then redis.call('RPUSH', KEYS[7], '1') end
+end
 return moved
