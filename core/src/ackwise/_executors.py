@@ -12,6 +12,7 @@ Every executor reports to one completion queue that the consumer loop reads:
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import logging
 import os
@@ -163,6 +164,8 @@ class PreforkExecutor(Executor):
         self._collector: threading.Thread | None = None
         self._ready_cv = threading.Condition(self._lock)
         self._early_deaths = 0
+        #: Jobs submitted while no child was idle, oldest first (see :meth:`submit`).
+        self._backlog: collections.deque[Job] = collections.deque()
 
     # -- children --------------------------------------------------------------------------
     def _spawn(self) -> _Child:
@@ -223,23 +226,43 @@ class PreforkExecutor(Executor):
 
     def free_slots(self) -> int:
         with self._lock:
-            return sum(1 for c in self._children if c.ready and c.job_id is None)
+            idle = sum(1 for c in self._children if c.ready and c.job_id is None)
+            return max(0, idle - len(self._backlog))
 
     def submit(self, job: Job) -> None:
         with self._lock:
-            for child in self._children:
-                if child.ready and child.job_id is None:
-                    child.job_id = job.job_id
-                    break
-            else:  # pragma: no cover - the consumer checks free_slots first
-                raise RuntimeError("no idle prefork child")
+            child = self._idle_child()
+            if child is None:
+                # The idle child counted by free_slots() died since (a kill, the OOM killer):
+                # the job waits for its replacement.  An early-acked task must still run.
+                self._backlog.append(job)
+                return
+            child.job_id = job.job_id
+        self._send(child, job)
+
+    def _idle_child(self) -> _Child | None:
+        for child in self._children:
+            if child.ready and child.job_id is None:
+                return child
+        return None
+
+    def _send(self, child: _Child, job: Job) -> None:
         receipt = job.receipt.encode()[:65535]
         payload = _JOB.pack(job.job_id, job.attempt, len(receipt)) + receipt + job.body
         try:
             os.write(child.job_w, _FRAME.pack(len(payload)) + payload)
         except OSError:
-            # The child died between free_slots() and now; the collector reports the job lost.
+            # The child died before it got the job; the collector reports the job lost.
             log.debug("prefork child %d died before it got job %d", child.proc.pid, job.job_id)
+
+    def _give_waiting_job(self, child: _Child) -> None:
+        """Hand the oldest waiting job (see :meth:`submit`) to ``child``, now idle."""
+        with self._lock:
+            if not self._backlog or not child.ready or child.job_id is not None:
+                return
+            job = self._backlog.popleft()
+            child.job_id = job.job_id
+        self._send(child, job)
 
     def running_pid(self, job_id: int) -> int | None:
         with self._lock:
@@ -293,11 +316,13 @@ class PreforkExecutor(Executor):
                 with self._ready_cv:
                     child.ready = True
                     self._ready_cv.notify_all()
+                self._give_waiting_job(child)
                 self.completions.put(("wake", 0, None))
                 continue
             result = Result.from_wire(msgspec.msgpack.decode(frame))
             with self._lock:
                 child.job_id = None
+            self._give_waiting_job(child)
             self.completions.put(("done", result.job_id, result))
 
     def _child_died(self, child: _Child) -> None:

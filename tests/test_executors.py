@@ -1,0 +1,69 @@
+"""The prefork executor's children: real child processes, real SIGKILLs."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ackwise import _envelope
+from ackwise._execution import OK, Job
+from ackwise._executors import Completion, PreforkExecutor
+from ackwise_conformance import eventually
+
+pytestmark = pytest.mark.slow
+
+APP = """
+from ackwise import App
+
+app = App("executors", broker="memory://executors")
+
+@app.task(name="echo")
+def echo(n):
+    return n
+"""
+
+
+def _body(n: int) -> bytes:
+    env = _envelope.Envelope(
+        v=1, id=_envelope.new_id(), task="echo", args=[n], queue="default", created_at=time.time()
+    )
+    return _envelope.encode(env)
+
+
+def _next_done(completions: queue.SimpleQueue[Completion], timeout: float) -> Completion:
+    deadline = time.monotonic() + timeout
+    while True:
+        item = completions.get(timeout=max(0.01, deadline - time.monotonic()))
+        if item[0] != "wake":
+            return item
+
+
+def test_a_job_submitted_just_after_its_idle_child_died_runs_on_the_replacement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Defect: the worker counts free slots, acks early tasks (a broker round trip), then
+    # submits; an idle child killed in between made submit() raise "no idle prefork child"
+    # and the whole worker exit, losing the early-acked tasks it had just taken.
+    (tmp_path / "executors_app.py").write_text(textwrap.dedent(APP))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
+    executor = PreforkExecutor("executors_app:app", 1, completions)
+    executor.start()
+    try:
+        assert executor.free_slots() == 1  # what the worker saw
+        [pid] = executor.pids()
+        os.kill(pid, signal.SIGKILL)
+        eventually(lambda: pid not in executor.pids(), 10, description="the child to be reaped")
+        executor.submit(Job(7, 1, _body(41), ""))
+        assert executor.free_slots() == 0  # the waiting job has the next child
+        kind, job_id, result = _next_done(completions, 60)
+        assert (kind, job_id, result.status) == ("done", 7, OK)
+        assert executor.free_slots() == 1
+    finally:
+        executor.shutdown(cold=False)
