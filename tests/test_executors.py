@@ -67,3 +67,35 @@ def test_a_job_submitted_just_after_its_idle_child_died_runs_on_the_replacement(
         assert executor.free_slots() == 1
     finally:
         executor.shutdown(cold=False)
+
+
+def test_children_killed_while_starting_stop_the_worker_only_when_they_die_in_a_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Defect (found by the chaos soak): deaths before a child was ready were counted over the
+    # worker's whole life, so a few children SIGKILLed while importing the app, hours apart,
+    # made a healthy worker exit with "prefork children keep dying at start".
+    (tmp_path / "executors_app.py").write_text(textwrap.dedent(APP))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
+    executor = PreforkExecutor("executors_app:app", 1, completions)
+    executor.start()
+    try:
+        for _ in range(4):  # 3 x concurrency deaths at start, in all, used to be fatal
+            _kill_while_starting(executor)
+            eventually(lambda: executor.free_slots() == 1, 60, description="a child ready")
+        executor.submit(Job(1, 1, _body(1), ""))
+        kind, job_id, result = _next_done(completions, 60)
+        assert (kind, job_id, result.status) == ("done", 1, OK)
+    finally:
+        executor.shutdown(cold=False)
+
+
+def _kill_while_starting(executor: PreforkExecutor) -> None:
+    """SIGKILL the current (ready) child, then its replacement before that one is ready."""
+    [pid] = executor.pids()
+    os.kill(pid, signal.SIGKILL)
+    [new] = eventually(lambda: [p for p in executor.pids() if p != pid], 10, interval=0.001)
+    assert executor.free_slots() == 0  # not ready yet: it is still importing the app
+    os.kill(new, signal.SIGKILL)
+    eventually(lambda: new not in executor.pids(), 10, interval=0.001)

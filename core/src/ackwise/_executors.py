@@ -315,6 +315,9 @@ class PreforkExecutor(Executor):
             if frame == _READY:
                 with self._ready_cv:
                     child.ready = True
+                    # Only deaths in a row say the app cannot load: a child killed while it
+                    # was starting (the OOM killer, an operator) is forgiven by the next one.
+                    self._early_deaths = 0
                     self._ready_cv.notify_all()
                 self._give_waiting_job(child)
                 self.completions.put(("wake", 0, None))
