@@ -288,3 +288,36 @@ def test_config_command_disabled_is_tolerated(own_redis: BrokerHandle) -> None:
     adapter.publish(queue, [Outgoing("m", b"x")])
     assert [d.message_id for d in adapter.receive(queue, max_messages=1, wait=1, lease=5)] == ["m"]
     adapter.close()
+
+
+# -- an early ack asked again after a lost answer ----------------------------------------------
+def test_an_early_ack_asked_again_after_its_answer_was_lost_is_known_as_done(
+    adapter: Adapter, queue: str
+) -> None:
+    # Defect (found by the chaos soak): a cut connection swallowed the answer of an early ack
+    # that Redis had carried out; the worker asked again after reconnecting, got "stale", and
+    # never ran the task: an at-most-once task lost with no crash of anything.
+    adapter.publish(queue, [Outgoing("e1", b"one"), Outgoing("e2", b"two")])
+    first, second = adapter.receive(queue, max_messages=2, wait=0, lease=30)
+    adapter.ack_before_start([first])  # its answer is "lost": the worker does not know
+    adapter.extend([first, second], lease=30)  # the worker renews what it holds meanwhile
+    adapter.ack_before_start([first, second])  # asked again: both are this delivery's acks
+    st = adapter.stats(queue)
+    assert (st.ready, st.in_flight) == (0, 0)
+
+
+def test_an_early_ack_of_a_delivery_whose_lease_moved_on_is_still_stale(
+    adapter: Adapter, queue: str
+) -> None:
+    adapter.publish(queue, [Outgoing("e1", b"one")])
+    [old] = adapter.receive(queue, max_messages=1, wait=0, lease=0.2)
+    time.sleep(0.3)
+    [new] = adapter.receive(queue, max_messages=1, wait=0, lease=30)
+    adapter.ack_before_start([new])
+    with pytest.raises(StaleReceipt) as caught:
+        adapter.ack_before_start([old])
+    assert list(caught.value.deliveries) == [old]
+    with pytest.raises(StaleReceipt):
+        adapter.extend([old], lease=30)
+    with pytest.raises(StaleReceipt):  # a late ack is never taken for an early one
+        adapter.ack([new])

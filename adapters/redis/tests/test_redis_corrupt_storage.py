@@ -483,6 +483,7 @@ _KINDS = {
     "dead": "zset",
     "dead_info": "hash",
     "dead_ids": "hash",
+    "early": "zset",
 }
 
 
@@ -498,8 +499,11 @@ def _calls(receipt: bytes) -> list[tuple[str, tuple[str, ...], tuple[Any, ...]]]
             ("ready", "delayed", "data", "seq", "notify"),
             (b"1", packed, "0", packed, "9"),
         ),
-        ("ack", ("inflight", "data"), (receipt,)),
-        ("extend", ("inflight",), ("30.0", receipt)),
+        ("ack", ("inflight", "data", "early"), ("late", receipt)),
+        ("ack", ("inflight", "data", "early"), ("early", receipt)),
+        ("ack", ("inflight", "data", "early"), ("early", b"gone#1#t", receipt)),
+        ("extend", ("inflight", "early"), ("30.0", receipt)),
+        ("extend", ("inflight", "early"), ("30.0", b"gone#1#t", receipt)),
         ("nack", settle, (receipt, "0")),
         ("nack", settle, (receipt, "5")),
         (
@@ -601,7 +605,8 @@ _BAD_ARGS = [  # (script, key names, arguments the adapter never sends)
     ("receive", ("ready", "delayed", "inflight", "data", "notify"), (10, "30.0", "t#1", 1000)),
     ("publish", ("ready", "delayed", "data", "seq", "notify"), (b"1", b"4:abcd", "nan")),
     ("publish", ("ready", "delayed", "data", "seq", "notify"), (b"1", b"4:abcd")),
-    ("extend", ("inflight",), ("nan", "s#1#t")),
+    ("extend", ("inflight", "early"), ("nan", "s#1#t")),
+    ("ack", ("inflight", "data", "early"), ("soon", "s#1#t")),
     ("nack", ("inflight", "ready", "delayed", "notify"), ("s#1#t", "nan")),
     ("publish_dead", ("data", "dead", "dead_info", "dead_ids", "seq"), ("r", "id")),
     ("purge", ("ready", "delayed", "data"), ("many",)),

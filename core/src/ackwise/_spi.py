@@ -321,7 +321,11 @@ class Adapter(abc.ABC):
 
         Returns only once the broker has recorded the acks, so that no broker restart or cut
         connection after it returns can deliver them again; raises :class:`StaleReceipt` for
-        those it cannot vouch for (the worker then does not run them).  The worker's capacity
+        those it cannot vouch for (the worker then does not run them).  When a broker error
+        made the outcome unknown, the worker asks again with the same deliveries after it
+        reconnected: an adapter that can tell its own earlier ack vouches for it (the task
+        runs); one that cannot raises :class:`StaleReceipt` (the task is lost unrun: at most
+        once still holds).  The worker's capacity
         does not grow: the tasks still run.  The default calls :meth:`ack`, right for any
         adapter whose ``ack`` waits for the broker's answer; an adapter whose acks are
         fire-and-forget (AMQP's ``basic.ack``) adds a round trip here.

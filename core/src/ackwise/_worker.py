@@ -1106,14 +1106,22 @@ class Worker:
 
     def _report_stale(self, exc: StaleReceipt, operation: str) -> None:
         self.counters.stale += len(exc.deliveries)
+        # An early ack asked again after a broker error may have gone through the first time
+        # (the answer was lost): the broker cannot always tell that from a lease gone.
+        why = (
+            "its lease had expired (it may run again elsewhere), or an earlier try whose "
+            "answer was lost went through; not run here (at most once)"
+            if operation == "early ack"
+            else "its lease had expired and it may run again elsewhere; nothing was changed"
+        )
         for d in exc.deliveries:
             log.warning(
-                "stale receipt on %s of message %s (queue %s, attempt %d): its lease had "
-                "expired and it may run again elsewhere; nothing was changed",
+                "stale receipt on %s of message %s (queue %s, attempt %d): %s",
                 operation,
                 d.message_id,
                 d.queue,
                 d.attempt,
+                why,
             )
             self._emit_raw("stale", d, None, operation=operation)
 

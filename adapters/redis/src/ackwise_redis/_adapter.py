@@ -155,6 +155,7 @@ _KEY_TYPES = {
     "dead": "zset",
     "dead_info": "hash",
     "dead_ids": "hash",
+    "early": "zset",
 }
 
 
@@ -169,6 +170,7 @@ class _Keys:
     dead: bytes
     dead_info: bytes
     dead_ids: bytes
+    early: bytes
     #: (key, what it must hold) for every key above: what the quarantine checks.
     typed: tuple[tuple[bytes, str], ...]
 
@@ -660,15 +662,27 @@ class RedisAdapter(Adapter):
         yield from groups.items()
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
+        self._ack(deliveries, b"late")
+
+    def ack_before_start(self, deliveries: Sequence[Delivery]) -> None:
+        """Ack, and remember each receipt until its lease would have ended (lua/ack.lua).
+
+        When a cut connection swallows the answer, the worker asks again after reconnecting:
+        a receipt this call did ack is then no stale one, so its task runs instead of being
+        lost unrun; one it did not ack is acked now, or is stale if its lease moved on.
+        """
+        self._ack(deliveries, b"early")
+
+    def _ack(self, deliveries: Sequence[Delivery], mode: bytes) -> None:
         if not deliveries:
             return
         stale: list[Delivery] = []
         with self._errors():
             for queue, group in self._by_queue(deliveries):
                 k = self.keys(queue)
-                keys = (k.inflight, k.data)
+                keys = (k.inflight, k.data, k.early)
                 for chunk in _chunks(group, SETTLE_CHUNK):
-                    positions = self._run(_ACK, k, keys, [d.receipt for d in chunk])
+                    positions = self._run(_ACK, k, keys, [mode, *(d.receipt for d in chunk)])
                     stale.extend(chunk[p - 1] for p in positions)
         if stale:
             raise StaleReceipt(stale, "ack")
@@ -681,7 +695,7 @@ class RedisAdapter(Adapter):
         with self._errors():
             for queue, group in self._by_queue(deliveries):
                 k = self.keys(queue)
-                keys = (k.inflight,)
+                keys = (k.inflight, k.early)
                 for chunk in _chunks(group, SETTLE_CHUNK):
                     args = [lease_arg, *(d.receipt for d in chunk)]
                     positions = self._run(_EXTEND, k, keys, args)
