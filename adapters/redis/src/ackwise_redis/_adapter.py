@@ -15,6 +15,9 @@ with ``EVALSHA`` on one connection; a queue's keys share the hash tag ``{<prefix
     ``seq -> "<len(id)>:<id><body>"``.
 ``dead``, ``dead_info``, ``dead_ids``
     the dead-letter store: dead_at order, ``attempt|reason``, and message id → seqs.
+``early`` (sorted set, score = the lease deadline it had)
+    receipts acked early, so that an early ack asked again after its answer was lost is
+    known as done (``lua/ack.lua``).
 ``seq`` (counter), ``notify`` (list)
     unique seqs; wake-up tokens that idle receivers ``BLPOP`` between two receive scripts.
 
