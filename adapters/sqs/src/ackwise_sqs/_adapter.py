@@ -35,6 +35,11 @@ dead letters
 bodies
     sent as they are when they are valid XML text in UTF-8 (JSON envelopes are); otherwise
     base64, marked by the attribute ``ackwise-enc``.
+malformed messages
+    one whose ``ackwise-id``, ``ackwise-enc`` or ``ackwise-due`` holds what ackwise never
+    writes (a Binary value, an encoding other than base64, a body that is not that base64, a
+    due time that is no number or more than 13 hours ahead) is delivered as a corrupt record
+    (:attr:`~ackwise.Delivery.corrupt`), its body as SQS holds it.
 """
 
 from __future__ import annotations
@@ -118,6 +123,10 @@ _DUE = "ackwise-due"
 _REASON = "ackwise-reason"
 _DEAD_AT = "ackwise-dead-at"
 _ATTEMPT = "ackwise-attempt"
+#: A due time further ahead of the receiving worker's clock than this is none ackwise wrote (the
+#: longest delay is 12 hours; an hour more allows for clocks that disagree).  Re-armed, such a
+#: message would be hidden for good: it is delivered as a corrupt record instead.
+_DUE_HORIZON = MAX_DELAY + 3600.0
 
 # SQS accepts these characters in a body (XML 1.0); anything else goes base64.
 _INVALID_BODY = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -337,7 +346,7 @@ class SQSAdapter(Adapter):
         entries = [self._entry(info, m, i) for i, m in enumerate(messages)]
         self._send_batches(info, info.url, entries, [m.id for m in messages])
 
-    def _entry(
+    def _unchecked_entry(
         self,
         info: _Queue,
         m: Outgoing,
@@ -373,6 +382,19 @@ class SQSAdapter(Adapter):
             )
             entry["MessageDeduplicationId"] = digest.hexdigest()
         entry["MessageAttributes"] = attrs
+        return entry
+
+    def _entry(
+        self,
+        info: _Queue,
+        m: Outgoing,
+        index: int,
+        *,
+        extra: dict[str, str] | None = None,
+        delay: float | None = None,
+    ) -> dict[str, Any]:
+        """The entry of one message to send, checked against the queue's size limit."""
+        entry = self._unchecked_entry(info, m, index, extra=extra, delay=delay)
         size = _size(entry)
         if size > info.max_size:
             raise MessageTooLarge(
@@ -459,14 +481,22 @@ class SQSAdapter(Adapter):
         # one arrives.  Counting from the call's start would shorten the lease by the wait;
         # the take is assumed no more than a second before the answer came back.
         taken = max(started, now - 1.0) if wait_seconds else started
+        # A re-arm may hide a message for what is left of the 12 hours this receive may hold
+        # it (counted from before the request, and a second early for the re-arm's flight).
+        room = MAX_VISIBILITY - math.ceil(now - started) - 1
         for m in got:
-            attrs = m.get("MessageAttributes", {})
-            due = _number(attrs.get(_DUE))
-            if due is not None and due > now:
-                # Not a delivery: hide it until due (at most 12 h per receive).
-                early.append((m["ReceiptHandle"], min(MAX_VISIBILITY, math.ceil(due - now))))
+            try:
+                body, due = _unframe(m, now)
+            except _Malformed as exc:
+                # Handed over, never raised: a raise would stop the worker, and the next one
+                # when the message comes back.
+                out.append(self._delivery(info, m, taken, visibility, _raw(m["Body"]), None, exc))
                 continue
-            out.append(self._delivery(info, m, taken, visibility, due))
+            if due is not None and due > now:
+                # Not a delivery: hide it until due, or as long as this receive may.
+                early.append((m["ReceiptHandle"], min(room, math.ceil(due - now))))
+                continue
+            out.append(self._delivery(info, m, taken, visibility, body, due))
         if early:
             self._rearm(info, early)
             with self._counting:
@@ -474,9 +504,17 @@ class SQSAdapter(Adapter):
         return out, len(got) >= n
 
     def _delivery(
-        self, info: _Queue, m: dict[str, Any], taken: float, visibility: int, due: float | None
+        self,
+        info: _Queue,
+        m: dict[str, Any],
+        taken: float,
+        visibility: int,
+        body: bytes,
+        due: float | None,
+        malformed: _Malformed | None = None,
     ) -> Delivery:
-        attrs = m.get("MessageAttributes", {})
+        """The delivery of a received message; ``malformed`` marks one ackwise did not frame
+        (the worker dead-letters it as it is, ``body`` being the record's own bytes)."""
         system = m.get("Attributes", {})
         count = int(system.get("ApproximateReceiveCount", "1"))
         first = _number({"StringValue": system.get("ApproximateFirstReceiveTimestamp", "")})
@@ -485,23 +523,35 @@ class SQSAdapter(Adapter):
         deadline = taken + visibility
         return Delivery(
             queue=info.name,
-            message_id=_text(attrs.get(_ID)) or m["MessageId"],
-            body=_decode_body(m["Body"], attrs),
+            message_id=_message_id(m),
+            body=body,
             receipt=SQSReceipt(m["ReceiptHandle"], info.url, taken, deadline),
             attempt=max(1, count),
             lease_deadline=deadline,
+            corrupt=None if malformed is None else str(malformed),
         )
 
     def _rearm(self, info: _Queue, early: list[tuple[str, int]]) -> None:
+        """Hide early messages until due.  A refused re-arm only brings them back sooner (after
+        this receive's visibility, to be re-armed then): never worth the deliveries in hand."""
         for chunk in _slices(early, _BATCH):
-            self._call(
-                "ChangeMessageVisibilityBatch",
-                QueueUrl=info.url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": v}
-                    for i, (h, v) in enumerate(chunk)
-                ],
-            )
+            try:
+                self._call(
+                    "ChangeMessageVisibilityBatch",
+                    QueueUrl=info.url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": v}
+                        for i, (h, v) in enumerate(chunk)
+                    ],
+                )
+            except AdapterError as exc:
+                log.warning(
+                    "SQS: re-arming %d message(s) not due yet on %s failed (%s); they come "
+                    "back after the receive's visibility and are re-armed then",
+                    len(chunk),
+                    info.name,
+                    exc,
+                )
 
     # -- settling --------------------------------------------------------------------------
     @staticmethod
@@ -625,12 +675,35 @@ class SQSAdapter(Adapter):
         if stale:
             raise StaleReceipt(stale, "dead_letter")
         info = self._queue(delivery.queue)
-        out = Outgoing(delivery.message_id, delivery.body if body is None else body)
-        entry = self._entry(
-            info, out, 0, extra=_dead_attrs(reason, time.time(), delivery.attempt), delay=0.0
-        )
-        self._send_batches(info, info.dlq_url, [entry], [out.id])
+        entry = self._dead_entry(info, delivery, reason, body)
+        self._send_batches(info, info.dlq_url, [entry], [delivery.message_id])
         self._settle_one("DeleteMessage", delivery, QueueUrl=delivery.receipt.queue_url)
+
+    def _dead_entry(
+        self, info: _Queue, delivery: Delivery, reason: str, body: bytes | None
+    ) -> dict[str, Any]:
+        """The dead letter to send, built before anything is sent: ``body`` (the annotated
+        envelope) with ackwise's attributes, else the delivered body with them, else the
+        delivered body alone, which SQS held, so it fits."""
+        extra = _dead_attrs(reason, time.time(), delivery.attempt)
+        for candidate in [delivery.body] if body is None else [body, delivery.body]:
+            out = Outgoing(delivery.message_id, candidate)
+            try:
+                return self._entry(info, out, 0, extra=extra, delay=0.0)
+            except MessageTooLarge:
+                continue
+        log.warning(
+            "message %s on %s: no room for ackwise's attributes beside it within the queue's "
+            "MaximumMessageSize (%d bytes); dead-lettered (%s) without them, so it is listed "
+            "as max_deliveries under the dead-letter queue's own message id",
+            delivery.message_id,
+            delivery.queue,
+            info.max_size,
+            reason,
+        )
+        entry = self._unchecked_entry(info, Outgoing(delivery.message_id, delivery.body), 0)
+        del entry["MessageAttributes"][_ID]
+        return entry
 
     def _settle_one(self, operation: str, delivery: Delivery, **params: Any) -> None:
         r: SQSReceipt = delivery.receipt
@@ -729,18 +802,18 @@ class SQSAdapter(Adapter):
             )
 
     def _dead_letter_of(self, info: _Queue, m: dict[str, Any]) -> DeadLetter:
+        """A message of the dead-letter queue as a :class:`DeadLetter`, whatever it holds."""
         attrs: dict[str, Any] = m.get("MessageAttributes", {})
         sent = int(m.get("Attributes", {}).get("SentTimestamp", "0")) / 1000.0
         dead_at = _number(attrs.get(_DEAD_AT))
-        attempt = _number(attrs.get(_ATTEMPT))
+        attempt = _whole(attrs.get(_ATTEMPT))
         return DeadLetter(
             queue=info.name,
-            message_id=_text(attrs.get(_ID)) or m["MessageId"],
-            body=_decode_body(m["Body"], attrs),
-            # Without ackwise's attributes, the redrive policy moved it: too many receives.
-            reason=_text(attrs.get(_REASON)) or "max_deliveries",
+            message_id=_message_id(m),
+            body=_stored_body(m),
+            reason=_dead_reason(attrs),
             dead_at=dead_at if dead_at is not None else sent,
-            attempt=int(attempt) if attempt is not None else (info.max_deliveries or 0) + 1,
+            attempt=attempt if attempt is not None else (info.max_deliveries or 0) + 1,
         )
 
     def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
@@ -866,16 +939,33 @@ def _string(value: str) -> dict[str, str]:
 
 
 def _text(attr: dict[str, Any] | None) -> str | None:
-    return None if attr is None else attr.get("StringValue")
+    """An attribute's text (None for a Binary attribute, or none at all)."""
+    value = None if attr is None else attr.get("StringValue")
+    return value if isinstance(value, str) else None
 
 
 def _number(attr: dict[str, Any] | None) -> float | None:
-    if attr is None:
-        return None
+    """The finite number an attribute holds as text, or None."""
     try:
-        return float(attr.get("StringValue", ""))
+        value = float(_text(attr) or "")
     except ValueError:
         return None
+    return value if math.isfinite(value) else None
+
+
+def _whole(attr: dict[str, Any] | None) -> int | None:
+    """The count an attribute holds as decimal digits (as ackwise writes it), or None."""
+    text = _text(attr)
+    if text is None or not (text.isascii() and text.isdigit()) or len(text) > 18:
+        return None
+    return int(text)
+
+
+def _describe(attr: dict[str, Any]) -> str:
+    value = repr(attr.get("StringValue", attr.get("BinaryValue")))
+    if len(value) > 60:
+        value = value[:57] + "..."
+    return f"{attr.get('DataType', 'untyped')} {value}"
 
 
 def _dead_attrs(reason: str, dead_at: float, attempt: int) -> dict[str, str]:
@@ -892,10 +982,66 @@ def _encode_body(body: bytes) -> tuple[str, dict[str, Any]]:
     return base64.b64encode(body).decode("ascii"), {_ENC: _string("base64")}
 
 
-def _decode_body(body: str, attrs: dict[str, Any]) -> bytes:
-    if _text(attrs.get(_ENC)) == "base64":
-        return base64.b64decode(body)
-    return body.encode("utf-8")
+class _Malformed(Exception):
+    """A message ackwise did not frame; the text says what is wrong with it."""
+
+
+def _raw(body: str) -> bytes:
+    """A message body's bytes as SQS holds it (UTF-8 text)."""
+    return body.encode("utf-8", "surrogatepass")
+
+
+def _unframe(m: dict[str, Any], now: float) -> tuple[bytes, float | None]:
+    """The body and due time of a received message, as ackwise framed them.
+
+    :raises _Malformed: one of ackwise's attributes holds what ackwise never writes.
+    """
+    attrs: dict[str, Any] = m.get("MessageAttributes", {})
+    if _ID in attrs and not _text(attrs[_ID]):
+        raise _Malformed(f"attribute {_ID} is {_describe(attrs[_ID])}, not a message id")
+    return _decoded_body(m["Body"], attrs.get(_ENC)), _due(attrs.get(_DUE), now)
+
+
+def _decoded_body(body: str, encoding: dict[str, Any] | None) -> bytes:
+    if encoding is None:
+        return _raw(body)
+    if _text(encoding) != "base64":
+        raise _Malformed(f"attribute {_ENC} is {_describe(encoding)}, not 'base64'")
+    try:
+        return base64.b64decode(body, validate=True)
+    except ValueError as exc:  # binascii.Error, or a character outside ASCII
+        raise _Malformed(f"its body is not the base64 that attribute {_ENC} says: {exc}") from None
+
+
+def _due(attr: dict[str, Any] | None, now: float) -> float | None:
+    if attr is None:
+        return None
+    due = _number(attr)
+    if due is None or due > now + _DUE_HORIZON:
+        raise _Malformed(
+            f"attribute {_DUE} is {_describe(attr)}, not a due time within "
+            f"{_DUE_HORIZON / 3600:.0f} hours (the longest delay is {MAX_DELAY / 3600:.0f})"
+        )
+    return due
+
+
+def _message_id(m: dict[str, Any]) -> str:
+    """ackwise's id of a message; SQS's own where it has none ackwise can use."""
+    return _text(m.get("MessageAttributes", {}).get(_ID)) or str(m["MessageId"])
+
+
+def _stored_body(m: dict[str, Any]) -> bytes:
+    """A dead letter's body: decoded where ackwise encoded it, else as SQS holds it."""
+    try:
+        return _decoded_body(m["Body"], m.get("MessageAttributes", {}).get(_ENC))
+    except _Malformed:
+        return _raw(m["Body"])
+
+
+def _dead_reason(attrs: dict[str, Any]) -> str:
+    if _REASON not in attrs:
+        return "max_deliveries"  # without ackwise's attributes the redrive policy moved it
+    return _text(attrs[_REASON]) or "unknown"
 
 
 def _headers(body: bytes) -> dict[str, Any]:
