@@ -514,3 +514,35 @@ def test_a_forked_child_opens_its_own_client_and_request_threads(
     assert os.waitstatus_to_exitcode(status) == 0
     st = adapter.stats(queue)  # the parent's adapter still works
     assert (st.ready, st.in_flight) == (0, 0)
+
+
+# -- an early ack asked again after its answer was lost ----------------------------------------
+def test_an_early_ack_carried_out_whose_answer_was_lost_is_done_when_asked_again(
+    adapter: SQSAdapter, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Defect (found by the chaos soak): a cut connection swallowed the answer of a
+    # DeleteMessageBatch that SQS had carried out; the worker's renewal of the delivery it
+    # still held was refused (the message was gone), the receipt taken for stale, and the
+    # at-most-once task lost unrun.
+    from ackwise.errors import TransientAdapterError
+
+    adapter.publish(queue, [Outgoing("e1", b"one")])
+    [d] = _take_n(adapter, queue, 1)
+    call = adapter._call
+    lost = []
+
+    def answer_lost(operation: str, **params: Any) -> Any:
+        out = call(operation, **params)
+        if operation == "DeleteMessageBatch" and not lost:
+            lost.append(out)
+            raise TransientAdapterError("connection reset (the answer was lost)")
+        return out
+
+    monkeypatch.setattr(adapter, "_call", answer_lost)
+    with pytest.raises(TransientAdapterError):
+        adapter.ack_before_start([d])  # SQS deleted it; the worker cannot know
+    assert lost, "the delete was carried out"
+    adapter.extend([d], lease=30)  # the worker renews what it holds meanwhile: no stale
+    adapter.ack_before_start([d])  # asked again after the reconnect: done
+    st = adapter.stats(queue)
+    assert (st.ready, st.in_flight) == (0, 0)

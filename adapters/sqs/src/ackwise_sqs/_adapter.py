@@ -161,6 +161,9 @@ class SQSReceipt:
     received_at: float
     deadline: float
     settled: bool = False
+    #: A DeleteMessage for it failed on a broker error: it may have gone through.  Deleting
+    #: again (within the lease) is what SQS answers for both cases alike.
+    deleting: bool = False
 
     def __repr__(self) -> str:
         return f"SQSReceipt({self.handle[:12]}…, deadline={self.deadline:.3f})"
@@ -571,13 +574,24 @@ class SQSAdapter(Adapter):
         return valid, stale
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
-        """Delete the messages: 10 per DeleteMessageBatch, the requests at once."""
+        """Delete the messages: 10 per DeleteMessageBatch, the requests at once.
+
+        A request that failed on a broker error may have been carried out: the worker asks
+        again after reconnecting, and SQS deletes a message it deleted already without
+        complaint, so an early ack whose answer a cut swallowed is known as done (its task
+        runs) as long as the lease lasts (the local fence, see :meth:`_split`).
+        """
         valid, stale = self._split(deliveries)
-        refused = self._batch(
-            "DeleteMessageBatch",
-            valid,
-            lambda d, i: {"Id": str(i), "ReceiptHandle": d.receipt.handle},
-        )
+        try:
+            refused = self._batch(
+                "DeleteMessageBatch",
+                valid,
+                lambda d, i: {"Id": str(i), "ReceiptHandle": d.receipt.handle},
+            )
+        except TransientAdapterError:
+            for d in valid:
+                d.receipt.deleting = True
+            raise
         for d in valid:
             d.receipt.settled = True
         stale += refused
@@ -638,7 +652,9 @@ class SQSAdapter(Adapter):
         for d, v in plan:
             if id(d) not in refused_ids:
                 d.receipt.deadline = now + v
-        stale += refused
+        # A message whose delete may have gone through is no longer in flight, so SQS refuses
+        # to extend it: that is no stale receipt, the delete asked again will say.
+        stale += [d for d in refused if not d.receipt.deleting]
         if capped:
             log.error(
                 "SQS cannot keep %d message(s) invisible past 12 hours per receive: %s",
@@ -755,7 +771,8 @@ class SQSAdapter(Adapter):
         for f in out.get("Failed", []):
             d = chunk[int(f["Id"])]
             if f.get("Code") in _STALE_CODES:
-                d.receipt.settled = True
+                # ... unless a delete of it may have gone through: the retried delete decides.
+                d.receipt.settled = not d.receipt.deleting
                 stale.append(d)
             else:
                 errors.append(f"{d.message_id}: {f.get('Code')}: {f.get('Message', '')}")
