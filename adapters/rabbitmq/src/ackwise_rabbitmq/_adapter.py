@@ -23,7 +23,8 @@ back to the queue at once.  A worker reading several queues has its windows per 
 **Topology** of a queue ``q`` (``p`` is the URL's ``prefix``, default ``ackwise``)::
 
     q                     the queue: durable, quorum (classic with ?queue_type=classic);
-                          x-dead-letter-exchange p.q.dlx; x-delivery-limit = max_deliveries
+                          x-dead-letter-exchange p.q.dlx; x-delivery-limit = max_deliveries;
+                          x-dead-letter-strategy at-least-once (quorum)
     p.q.dlx  → p.q.dead   dead letters: a fanout exchange and a durable classic queue
     p.q.deliver → q       a fanout exchange: the last hop of a delay
     p.q.delay.k → p.q.wait.k   delay tier k (0 ≤ k < 32): a topic exchange and a durable
@@ -777,6 +778,12 @@ class RabbitMQAdapter(Adapter):
             if self.settings.queue_type == "quorum":
                 args["x-queue-type"] = "quorum"
                 args["x-delivery-limit"] = spec.max_deliveries
+                # What the queue dead-letters itself (past the delivery limit) stays in it
+                # until the dead-letter queue has confirmed it.  The default, at-most-once,
+                # drops it when that queue cannot take it (a broker shutting down); RabbitMQ
+                # requires reject-publish overflow for it (no length limit is set: no effect).
+                args["x-dead-letter-strategy"] = "at-least-once"
+                args["x-overflow"] = "reject-publish"
             else:
                 args["x-queue-type"] = "classic"
             try:
