@@ -403,8 +403,20 @@ class Verdict:
         self.causes[f"{what}: {f.name}"] += 1
 
 
-def classify(tl: Timeline, dead_letters: Iterable[DeadLetter], mode: Ack) -> Verdict:
-    """Classify every published message of one run; explain every anomaly (see the module)."""
+def classify(
+    tl: Timeline,
+    dead_letters: Iterable[DeadLetter],
+    mode: Ack,
+    *,
+    early_ack_decidable: bool = True,
+) -> Verdict:
+    """Classify every published message of one run; explain every anomaly (see the module).
+
+    :param early_ack_decidable: whether the broker can tell, when asked again, an early ack
+        it took from one it did not (Redis, SQS, SQLite: yes).  Where it cannot (AMQP: the
+        receipts die with the connection), an early ack cut off from its answer is lost by
+        the protocol and does not count against the EARLY bound; elsewhere it does.
+    """
     dead: dict[str, list[DeadLetter]] = defaultdict(list)
     for d in dead_letters:
         dead[d.message_id].append(d)
@@ -431,14 +443,16 @@ def classify(tl: Timeline, dead_letters: Iterable[DeadLetter], mode: Ack) -> Ver
         )
     if tl.bad_lines:
         v.notes.append(f"{tl.bad_lines} journal line(s) could not be read")
-    if mode is Ack.EARLY and v.lost > v.running_at_kill:
+    allowed = v.running_at_kill + (0 if early_ack_decidable else v.lost_early_ack)
+    if mode is Ack.EARLY and v.lost > allowed:
         why = [f"{n} {what.removeprefix('lost ')}" for what, n in _loss_causes(v) if n]
         v.flag(
             "-",
             "EARLY bound",
             VIOLATION,
-            f"{v.lost} lost, more than the {v.running_at_kill} task(s) running at a kill; "
-            f"the losses: {', '.join(why)}",
+            f"{v.lost} lost, more than the {v.running_at_kill} task(s) running at a kill"
+            + ("" if early_ack_decidable else f" and {v.lost_early_ack} cut-off early ack(s)")
+            + f"; the losses: {', '.join(why)}",
         )
     return v
 
@@ -775,9 +789,19 @@ def main() -> int:
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("run_dir", type=Path, help="a run's directory (journal.jsonl, dead.jsonl)")
     p.add_argument("mode", choices=[m.value for m in Ack])
+    p.add_argument(
+        "--amqp",
+        action="store_true",
+        help="the broker cannot tell an early ack it took when asked again (RabbitMQ)",
+    )
     args = p.parse_args()
     tl = read_timeline(args.run_dir / "journal.jsonl")
-    v = classify(tl, load_dead(args.run_dir / "dead.jsonl"), Ack(args.mode))
+    v = classify(
+        tl,
+        load_dead(args.run_dir / "dead.jsonl"),
+        Ack(args.mode),
+        early_ack_decidable=not args.amqp,
+    )
     print(
         f"{v.tasks} tasks, {v.runs} runs, {v.ok} ok, {v.duplicated} duplicated "
         f"({v.duplicated_explained} explained), {v.lost} lost ({v.lost_explained} explained), "
