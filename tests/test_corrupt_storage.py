@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -231,14 +232,10 @@ class _OddMemoryAdapter(MemoryAdapter):
         return out
 
 
-def test_an_error_turning_a_delivery_into_a_task_dead_letters_it_and_the_worker_goes_on() -> None:
-    class Plugin:
-        @ackwise.hookimpl
-        def ackwise_register_adapters(self, registry: Any) -> None:
-            registry.add("oddmemory", f"{__name__}:_OddMemoryAdapter", distribution="tests")
-
-    plugins = ackwise.Plugins(autoload=False)
-    plugins.register(Plugin(), name="odd-memory")
+def test_an_error_turning_a_delivery_into_a_task_dead_letters_it_and_the_worker_goes_on(
+    plugins_serving: Callable[[str, str], ackwise.Plugins],
+) -> None:
+    plugins = plugins_serving("oddmemory", f"{__name__}:_OddMemoryAdapter")
     _OddMemoryAdapter.handed = 0
     app = App("odd", broker=f"oddmemory://{uuid.uuid4().hex[:8]}", plugins=plugins)
     ran = []

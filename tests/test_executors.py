@@ -7,6 +7,7 @@ import queue
 import signal
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,51 +45,51 @@ def _next_done(completions: queue.SimpleQueue[Completion], timeout: float) -> Co
             return item
 
 
-def test_a_job_submitted_just_after_its_idle_child_died_runs_on_the_replacement(
+@pytest.fixture
+def one_child(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[PreforkExecutor, queue.SimpleQueue[Completion]]]:
+    """A started prefork executor of one child, and its completions."""
+    (tmp_path / "executors_app.py").write_text(textwrap.dedent(APP))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
+    executor = PreforkExecutor("executors_app:app", 1, completions)
+    executor.start()
+    yield executor, completions
+    executor.shutdown(cold=False)
+
+
+def test_a_job_submitted_just_after_its_idle_child_died_runs_on_the_replacement(
+    one_child: tuple[PreforkExecutor, queue.SimpleQueue[Completion]],
 ) -> None:
     # Defect: the worker counts free slots, acks early tasks (a broker round trip), then
     # submits; an idle child killed in between made submit() raise "no idle prefork child"
     # and the whole worker exit, losing the early-acked tasks it had just taken.
-    (tmp_path / "executors_app.py").write_text(textwrap.dedent(APP))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
-    executor = PreforkExecutor("executors_app:app", 1, completions)
-    executor.start()
-    try:
-        assert executor.free_slots() == 1  # what the worker saw
-        [pid] = executor.pids()
-        os.kill(pid, signal.SIGKILL)
-        eventually(lambda: pid not in executor.pids(), 10, description="the child to be reaped")
-        executor.submit(Job(7, 1, _body(41), ""))
-        assert executor.free_slots() == 0  # the waiting job has the next child
-        kind, job_id, result = _next_done(completions, 60)
-        assert (kind, job_id, result.status) == ("done", 7, OK)
-        assert executor.free_slots() == 1
-    finally:
-        executor.shutdown(cold=False)
+    executor, completions = one_child
+    assert executor.free_slots() == 1  # what the worker saw
+    [pid] = executor.pids()
+    os.kill(pid, signal.SIGKILL)
+    eventually(lambda: pid not in executor.pids(), 10, description="the child to be reaped")
+    executor.submit(Job(7, 1, _body(41), ""))
+    assert executor.free_slots() == 0  # the waiting job has the next child
+    kind, job_id, result = _next_done(completions, 60)
+    assert (kind, job_id, result.status) == ("done", 7, OK)
+    assert executor.free_slots() == 1
 
 
 def test_children_killed_while_starting_stop_the_worker_only_when_they_die_in_a_row(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    one_child: tuple[PreforkExecutor, queue.SimpleQueue[Completion]],
 ) -> None:
     # Defect (found by the chaos soak): deaths before a child was ready were counted over the
     # worker's whole life, so a few children SIGKILLed while importing the app, hours apart,
     # made a healthy worker exit with "prefork children keep dying at start".
-    (tmp_path / "executors_app.py").write_text(textwrap.dedent(APP))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
-    executor = PreforkExecutor("executors_app:app", 1, completions)
-    executor.start()
-    try:
-        for _ in range(4):  # 3 x concurrency deaths at start, in all, used to be fatal
-            _kill_while_starting(executor)
-            eventually(lambda: executor.free_slots() == 1, 60, description="a child ready")
-        executor.submit(Job(1, 1, _body(1), ""))
-        kind, job_id, result = _next_done(completions, 60)
-        assert (kind, job_id, result.status) == ("done", 1, OK)
-    finally:
-        executor.shutdown(cold=False)
+    executor, completions = one_child
+    for _ in range(4):  # 3 x concurrency deaths at start, in all, used to be fatal
+        _kill_while_starting(executor)
+        eventually(lambda: executor.free_slots() == 1, 60, description="a child ready")
+    executor.submit(Job(1, 1, _body(1), ""))
+    kind, job_id, result = _next_done(completions, 60)
+    assert (kind, job_id, result.status) == ("done", 1, OK)
 
 
 def _kill_while_starting(executor: PreforkExecutor) -> None:

@@ -253,14 +253,8 @@ class _AlwaysDown(ackwise.Adapter):
     stats = dead_letters = requeue_dead = delete_dead = purge = _down
 
 
-def test_worker_gives_up_with_a_clear_error_when_the_broker_stays_unreachable():
-    class Plugin:
-        @ackwise.hookimpl
-        def ackwise_register_adapters(self, registry):
-            registry.add("down", f"{__name__}:_AlwaysDown", distribution="tests")
-
-    plugins = ackwise.Plugins(autoload=False)
-    plugins.register(Plugin(), name="down-plugin")
+def test_worker_gives_up_with_a_clear_error_when_the_broker_stays_unreachable(plugins_serving):
+    plugins = plugins_serving("down", f"{__name__}:_AlwaysDown")
     app = App("t", broker="down://nowhere", plugins=plugins)
 
     @app.task(name="t")
@@ -276,7 +270,7 @@ def test_worker_gives_up_with_a_clear_error_when_the_broker_stays_unreachable():
     assert "unreachable at start" in str(caught.value)
 
 
-def test_worker_reconnects_then_gives_up_after_broker_timeout():
+def test_worker_reconnects_then_gives_up_after_broker_timeout(plugins_serving):
     class Flaky(ackwise.Adapter):
         capabilities = ackwise.Capabilities()
         name = "flaky"
@@ -304,13 +298,7 @@ def test_worker_reconnects_then_gives_up_after_broker_timeout():
 
     sys.modules[__name__].Flaky = Flaky  # importable by path for the registry
 
-    class Plugin:
-        @ackwise.hookimpl
-        def ackwise_register_adapters(self, registry):
-            registry.add("flaky", f"{__name__}:Flaky", distribution="tests")
-
-    plugins = ackwise.Plugins(autoload=False)
-    plugins.register(Plugin(), name="flaky-plugin")
+    plugins = plugins_serving("flaky", f"{__name__}:Flaky")
     app = App("t", broker="flaky://x", plugins=plugins)
     worker = ackwise.Worker(app, ackwise.WorkerConfig(pool="threads", broker_timeout=1.0))
     started = time.monotonic()

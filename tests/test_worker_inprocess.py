@@ -306,14 +306,10 @@ class _EarlyAckCutOnce(MemoryAdapter):
         super().ack_before_start(deliveries)
 
 
-def test_an_early_batch_whose_ack_was_cut_runs_after_the_reconnect_not_a_lease_later():
-    class Plugin:
-        @ackwise.hookimpl
-        def ackwise_register_adapters(self, registry):
-            registry.add("cutonce", f"{__name__}:_EarlyAckCutOnce", distribution="tests")
-
-    plugins = ackwise.Plugins(autoload=False)
-    plugins.register(Plugin(), name="cut-once")
+def test_an_early_batch_whose_ack_was_cut_runs_after_the_reconnect_not_a_lease_later(
+    plugins_serving,
+):
+    plugins = plugins_serving("cutonce", f"{__name__}:_EarlyAckCutOnce")
     _EarlyAckCutOnce.cuts, _EarlyAckCutOnce.opens = 1, 0
     app = App("cut", broker=f"cutonce://{uuid.uuid4().hex[:8]}", plugins=plugins)
     ran = []

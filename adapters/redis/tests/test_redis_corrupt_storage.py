@@ -26,7 +26,7 @@ from ackwise import App, Outgoing, QueueSpec, open_adapter
 from ackwise.testing import InProcessWorker, run_worker
 from ackwise_conformance.corruption import drain_among_corrupt
 from ackwise_redis import _adapter as redis_adapter
-from ackwise_redis._adapter import RedisAdapter, _Keys, _keys, _pack
+from ackwise_redis._adapter import _KEY_TYPES, RedisAdapter, _Keys, _keys, _pack
 from ackwise_redis._idempotency import _source
 from ackwise_redis._lock import _script
 
@@ -472,21 +472,6 @@ def _populated(adapter: RedisAdapter) -> tuple[_Keys, str, bytes]:
     return k, queue, held.receipt
 
 
-#: What each key of a queue holds ("counter": a string of a decimal count).
-_KINDS = {
-    "ready": "list",
-    "delayed": "zset",
-    "inflight": "zset",
-    "data": "hash",
-    "seq": "counter",
-    "notify": "list",
-    "dead": "zset",
-    "dead_info": "hash",
-    "dead_ids": "hash",
-    "early": "zset",
-}
-
-
 def _calls(receipt: bytes) -> list[tuple[str, tuple[str, ...], tuple[Any, ...]]]:
     """(script, the names of its keys, args) for every queue script."""
     packed = _pack(Outgoing("new", b"n"))
@@ -546,7 +531,7 @@ def test_no_queue_script_fails_after_its_first_write(
         (i, broken, wrong)
         for i, (_, names, _) in enumerate(_calls(b""))
         for broken in names
-        for wrong in _WRONG_FOR[_KINDS[broken]]
+        for wrong in _WRONG_FOR[_KEY_TYPES[broken]]
     ]
     failures = []
     for i, broken, wrong in cases:

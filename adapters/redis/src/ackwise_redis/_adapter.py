@@ -123,21 +123,25 @@ class _Script:
     sha: str
 
 
-def _load_script(name: str) -> _Script:
-    source = resources.files("ackwise_redis").joinpath(f"lua/{name}.lua").read_bytes()
+def _load_script(name: str, *, lib: bool = False) -> _Script:
+    """``lua/<name>.lua``, after ``lua/lib.lua`` (its helpers) when ``lib``."""
+    files = resources.files("ackwise_redis")
+    source = files.joinpath(f"lua/{name}.lua").read_bytes()
+    if lib:
+        source = files.joinpath("lua/lib.lua").read_bytes() + source
     return _Script(name, source, hashlib.sha1(source).hexdigest())
 
 
 _RECEIVE = _load_script("receive")
-_PUBLISH = _load_script("publish")
+_PUBLISH = _load_script("publish", lib=True)
 _ACK = _load_script("ack")
 _EXTEND = _load_script("extend")
 _NACK = _load_script("nack")
 _DEAD_LETTER = _load_script("dead_letter")
-_PUBLISH_DEAD = _load_script("publish_dead")
+_PUBLISH_DEAD = _load_script("publish_dead", lib=True)
 _DEAD_LETTERS = _load_script("dead_letters")
-_REQUEUE_DEAD = _load_script("requeue_dead")
-_DELETE_DEAD = _load_script("delete_dead")
+_REQUEUE_DEAD = _load_script("requeue_dead", lib=True)
+_DELETE_DEAD = _load_script("delete_dead", lib=True)
 _PURGE = _load_script("purge")
 _STATS = _load_script("stats")
 _QUARANTINE = _load_script("quarantine")

@@ -10,15 +10,6 @@
 --
 -- Reads and checks first; the first write is the one that can still fail.
 -- Returns how many dead letters were deleted.
-local function chunked(command, key, list)  -- one call per 1000 (unpack()'s limits)
-  local out = {}
-  for i = 1, #list, 1000 do
-    local part = redis.call(command, key, unpack(list, i, math.min(i + 999, #list)))
-    if type(part) == 'table' then for j = 1, #part do out[#out + 1] = part[j] end end
-  end
-  return out
-end
-
 if ARGV[1] == '*' then
   local seqs = redis.call('ZRANGE', KEYS[1], 0, -1)
   chunked('HDEL', KEYS[4], seqs)  -- the first write; DEL cannot fail
@@ -26,28 +17,7 @@ if ARGV[1] == '*' then
   return #seqs
 end
 if ARGV[1] ~= '=' then return redis.error_reply('ERR ackwise delete_dead: bad mode') end
-local named, candidates, seen = {}, {}, {}
-local function consider(seq)
-  if not seen[seq] then
-    seen[seq] = true
-    candidates[#candidates + 1] = seq
-  end
-end
-for i = 2, #ARGV do
-  local id = ARGV[i]
-  local listed = redis.call('HGET', KEYS[3], id)
-  if listed then
-    named[#named + 1] = id
-    for seq in string.gmatch(listed, '%S+') do consider(seq) end
-  elseif #id > 8 and string.sub(id, 1, 8) == 'corrupt-' then
-    consider(string.sub(id, 9))
-  end
-end
-local dead = {}
-local scores = chunked('ZMSCORE', KEYS[1], candidates)
-for i = 1, #candidates do
-  if scores[i] then dead[#dead + 1] = candidates[i] end
-end
+local named, dead = named_dead(KEYS[1], KEYS[3], 2)
 if #dead > 0 then
   redis.call('HLEN', KEYS[2])
   redis.call('HLEN', KEYS[4])

@@ -29,14 +29,8 @@ for i = 1, n do
   if not delay or delay ~= delay then return redis.error_reply('ERR ackwise publish: bad delay') end
   delays[i] = delay
 end
-local stored = redis.call('GET', KEYS[4])
-local last = 0
-if stored then
-  last = #stored <= 16 and string.match(stored, '^%d+$') and tonumber(stored)
-  if not last or last >= 4503599627370496 then
-    return redis.error_reply('ACKWISE_CORRUPT the seq counter holds no count')
-  end
-end
+local last = seq_counter(KEYS[4])
+if not last then return redis.error_reply(CORRUPT_COUNTER) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -13,14 +13,8 @@
 local n = (#ARGV - 1) / 2
 if n ~= math.floor(n) then return redis.error_reply('ERR ackwise publish_dead: bad arguments') end
 if n == 0 then return 0 end
-local stored = redis.call('GET', KEYS[5])
-local last = 0
-if stored then
-  last = #stored <= 16 and string.match(stored, '^%d+$') and tonumber(stored)
-  if not last or last >= 4503599627370496 then
-    return redis.error_reply('ACKWISE_CORRUPT the seq counter holds no count')
-  end
-end
+local last = seq_counter(KEYS[5])
+if not last then return redis.error_reply(CORRUPT_COUNTER) end
 local ids, order = {}, {}  -- message id -> its seqs so far, in first-seen order
 for i = 1, n do
   local id = ARGV[2 * i]

@@ -16,50 +16,15 @@
 -- dead letter without data leaves the store and is not counted.  Reads and checks first; the
 -- first write (dead_ids) is the one that can still fail.
 -- Returns how many messages moved.
-local function chunked(command, key, list)  -- one call per 1000 (unpack()'s limits)
-  local out = {}
-  for i = 1, #list, 1000 do
-    local part = redis.call(command, key, unpack(list, i, math.min(i + 999, #list)))
-    if type(part) == 'table' then for j = 1, #part do out[#out + 1] = part[j] end end
-  end
-  return out
-end
-
-local named, candidates, seen = {}, {}, {}
-local function consider(seq)
-  if not seen[seq] then
-    seen[seq] = true
-    candidates[#candidates + 1] = seq
-  end
-end
-for i = 1, #ARGV do
-  local id = ARGV[i]
-  local listed = redis.call('HGET', KEYS[3], id)
-  if listed then
-    named[#named + 1] = id
-    for seq in string.gmatch(listed, '%S+') do consider(seq) end
-  elseif #id > 8 and string.sub(id, 1, 8) == 'corrupt-' then
-    consider(string.sub(id, 9))
-  end
-end
-local dead = {}
-local scores = chunked('ZMSCORE', KEYS[1], candidates)
-for i = 1, #candidates do
-  if scores[i] then dead[#dead + 1] = candidates[i] end
-end
+local named, dead = named_dead(KEYS[1], KEYS[3], 1)
 local bodies = chunked('HMGET', KEYS[4], dead)
 redis.call('HLEN', KEYS[2])
 local moved = 0
 for i = 1, #dead do if bodies[i] then moved = moved + 1 end end
 local last, wake = 0, false
 if moved > 0 then
-  local stored = redis.call('GET', KEYS[6])
-  if stored then
-    last = #stored <= 16 and string.match(stored, '^%d+$') and tonumber(stored)
-    if not last or last >= 4503599627370496 then
-      return redis.error_reply('ACKWISE_CORRUPT the seq counter holds no count')
-    end
-  end
+  last = seq_counter(KEYS[6])
+  if not last then return redis.error_reply(CORRUPT_COUNTER) end
   redis.call('LLEN', KEYS[5])
   wake = redis.call('LLEN', KEYS[7]) == 0
 end
