@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
+from typing import Any, ClassVar
 
 import pytest
 
@@ -330,4 +332,46 @@ def test_an_early_batch_whose_ack_was_cut_runs_after_the_reconnect_not_a_lease_l
     assert sorted(ran) == [-2, 1]
     assert _EarlyAckCutOnce.opens >= 2  # it reconnected
     assert not report.of("stale")
+    app.close()
+
+
+class _HeldWatchingMemory(MemoryAdapter):
+    """The memory broker, noting how many deliveries the worker says it holds whenever a
+    message is published while the worker runs (a retry's republish)."""
+
+    worker: Any = None
+    held_at_publish: ClassVar[list[int]] = []
+
+    def publish(self, queue, messages):
+        if type(self).worker is not None:
+            type(self).held_at_publish.append(type(self).worker.held)
+        super().publish(queue, messages)
+
+
+@pytest.mark.parametrize("mode", [Ack.EARLY, Ack.LATE])
+def test_a_failed_task_is_held_until_its_retry_is_published(plugins_serving, mode):
+    # Regression: the worker forgot a failed job before its retry was published; an early
+    # acked message was then nowhere for a moment (not held, not at the broker), and
+    # ``InProcessWorker.join`` could return before the retry ran (a CI flake).
+    plugins = plugins_serving("heldwatch", f"{__name__}:_HeldWatchingMemory")
+    _HeldWatchingMemory.worker, _HeldWatchingMemory.held_at_publish = None, []
+    app = App("held", broker=f"heldwatch://{uuid.uuid4().hex[:8]}", plugins=plugins)
+    calls = []
+
+    @app.task(name="once_failing", ack=mode, autoretry_for=(ValueError,), max_retries=2)
+    def once_failing():
+        calls.append(1)
+        if len(calls) == 1:
+            deadline = time.monotonic() + 5
+            while _HeldWatchingMemory.worker is None and time.monotonic() < deadline:
+                time.sleep(0.01)  # the test has not handed the worker over yet
+            raise ValueError("first attempt fails")
+
+    once_failing.delay()
+    with run_worker(app) as w:
+        _HeldWatchingMemory.worker = w.worker
+        w.join(timeout=10)
+    _HeldWatchingMemory.worker = None
+    assert len(calls) == 2
+    assert _HeldWatchingMemory.held_at_publish == [1]
     app.close()

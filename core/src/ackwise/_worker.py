@@ -903,7 +903,7 @@ class Worker:
                 return
 
     def _finished(self, job_id: int, result: Result, acks: list[Delivery]) -> None:
-        h = self._running.pop(job_id, None)
+        h = self._running.get(job_id)
         if h is None:  # pragma: no cover - a job the loop no longer tracks
             return
         task, d = h.task, h.delivery
@@ -911,10 +911,16 @@ class Worker:
             self.counters.failed += 1
             self._emit("failed", h, attempt=d.attempt, error=result.error)
             self._idem_done(h, completed=False)
-            self._settle_held(
-                h, Outcome.FAILED, label="failed", error=result, retry_delay=result.retry_delay
-            )
+            try:
+                # Held until settled: an early-acked message is at the broker again only
+                # once its retry is published.
+                self._settle_held(
+                    h, Outcome.FAILED, label="failed", error=result, retry_delay=result.retry_delay
+                )
+            finally:
+                del self._running[job_id]
             return
+        del self._running[job_id]
         self._idem_done(h, completed=True)
         self.counters.succeeded += 1
         if self.config.prefetch_auto:
@@ -928,11 +934,14 @@ class Worker:
 
     def _executor_lost(self, job_id: int, reason: str) -> None:
         reason = self._kill_reason.pop(job_id, reason)
-        h = self._running.pop(job_id, None)
+        h = self._running.get(job_id)
         if h is None:  # pragma: no cover
             return
         self._idem_done(h, completed=False)  # its holder is dead: the next delivery may run
-        self._settle_held(h, Outcome.EXECUTOR_LOST, label=reason, reason=reason)
+        try:
+            self._settle_held(h, Outcome.EXECUTOR_LOST, label=reason, reason=reason)
+        finally:
+            del self._running[job_id]
 
     # -- carrying out a settlement ---------------------------------------------------------
     def _carry_out(

@@ -622,11 +622,14 @@ class Harness:
 
         A process frozen inside a SQLite write transaction holds every other writer of the
         file until it runs again.  The probe runs on a thread of its own with an adapter of
-        its own; one that did not get through finishes once the writer runs again, before
-        the next probe starts.
+        its own; one that did not get through finishes once the writer runs again.  While an
+        earlier probe still waits, the answer is no (waiting on it here would keep the whole
+        store frozen for as long as its busy timeout).
         """
         if self._probe_thread is not None:
-            self._probe_thread.join()
+            self._probe_thread.join(timeout)
+            if self._probe_thread.is_alive():
+                return False
         if self._probe is None:
             self._probe = open_adapter(self.broker.url)
             self._probe.open()
