@@ -271,7 +271,7 @@ def test_eviction_policy_warns_and_strict_refuses(
     strict = open_adapter(own_redis.url + "?strict=true")
     with pytest.raises(PermanentAdapterError, match=r"allkeys-lru.*strict=true"):
         strict.open()
-    assert strict._conn is None  # type: ignore[attr-defined]
+    assert not strict._link.is_open  # type: ignore[attr-defined]
 
 
 def test_config_command_disabled_is_tolerated(own_redis: BrokerHandle) -> None:

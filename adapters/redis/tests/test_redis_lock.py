@@ -33,7 +33,7 @@ def test_scripts_are_loaded_again_after_a_script_flush(redis_url: str) -> None:
     lock = open_lock(redis_url)
     lock.open()
     assert lock.acquire("flushed", "t1", 30, "a") is not None
-    raw = lock._conn  # type: ignore[attr-defined]
+    raw = lock._link.connection()  # type: ignore[attr-defined]
     raw.send_command("SCRIPT", "FLUSH")
     raw.read_response()
     assert lock.claim("flushed", "t1", "s", 1) is Claim.CLAIMED

@@ -52,7 +52,6 @@ the driver): the worker calls an adapter from one thread, and a transient error 
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import os
@@ -61,13 +60,9 @@ import select
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
-import redis
 import redis.exceptions as rx
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from ackwise import (
     Adapter,
@@ -80,10 +75,9 @@ from ackwise import (
     Outgoing,
     QueueSpec,
     QueueStats,
-    fork_generation,
 )
 from ackwise.errors import MessageTooLarge, PermanentAdapterError, StaleReceipt
-from ackwise_redis._errors import map_redis_errors
+from ackwise_redis._connection import Link, Script, load_script
 from ackwise_redis._url import RedisSettings, parse_redis_url
 
 __all__ = ["MAX_MESSAGE_SIZE", "RedisAdapter"]
@@ -116,35 +110,19 @@ IDLE_CHECK = 0.05
 # -- scripts -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Script:
-    name: str
-    source: bytes
-    sha: str
-
-
-def _load_script(name: str, *, lib: bool = False) -> _Script:
-    """``lua/<name>.lua``, after ``lua/lib.lua`` (its helpers) when ``lib``."""
-    files = resources.files("ackwise_redis")
-    source = files.joinpath(f"lua/{name}.lua").read_bytes()
-    if lib:
-        source = files.joinpath("lua/lib.lua").read_bytes() + source
-    return _Script(name, source, hashlib.sha1(source).hexdigest())
-
-
-_RECEIVE = _load_script("receive")
-_PUBLISH = _load_script("publish", lib=True)
-_ACK = _load_script("ack")
-_EXTEND = _load_script("extend")
-_NACK = _load_script("nack")
-_DEAD_LETTER = _load_script("dead_letter")
-_PUBLISH_DEAD = _load_script("publish_dead", lib=True)
-_DEAD_LETTERS = _load_script("dead_letters")
-_REQUEUE_DEAD = _load_script("requeue_dead", lib=True)
-_DELETE_DEAD = _load_script("delete_dead", lib=True)
-_PURGE = _load_script("purge")
-_STATS = _load_script("stats")
-_QUARANTINE = _load_script("quarantine")
+_RECEIVE = load_script("receive")
+_PUBLISH = load_script("publish", lib=True)
+_ACK = load_script("ack")
+_EXTEND = load_script("extend")
+_NACK = load_script("nack")
+_DEAD_LETTER = load_script("dead_letter")
+_PUBLISH_DEAD = load_script("publish_dead", lib=True)
+_DEAD_LETTERS = load_script("dead_letters")
+_REQUEUE_DEAD = load_script("requeue_dead", lib=True)
+_DELETE_DEAD = load_script("delete_dead", lib=True)
+_PURGE = load_script("purge")
+_STATS = load_script("stats")
+_QUARANTINE = load_script("quarantine")
 
 
 # Warn once per broker and process about an eviction policy, not on every reconnect.
@@ -338,8 +316,7 @@ class RedisAdapter(Adapter):
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
         self.settings: RedisSettings = parse_redis_url(url)
-        self._conn: Any = None  # a redis-py Connection
-        self._generation = -1
+        self._link = Link(self.settings, on_connect=self._check_server)
         self._last_used = 0.0
         self._keys: dict[str, _Keys] = {}
         self._queues_key = f"{{{self.settings.prefix}}}:queues".encode()
@@ -351,37 +328,12 @@ class RedisAdapter(Adapter):
 
     # -- lifecycle -------------------------------------------------------------------------
     def _errors(self) -> Any:
-        return map_redis_errors(self.settings.where, self.settings.password)
+        return self._link.errors()
 
     def open(self) -> None:
-        if self._conn is not None and self._generation == fork_generation():
+        if self._link.is_open:
             return
-        self._conn = None  # inherited through fork(): never touch the parent's socket
-        s = self.settings
-        kwargs = s.connection_kwargs()
-        # No retries inside the driver: a retried script may have run already (a receive
-        # would lease twice, an ack report a false stale receipt).  The worker reconnects.
-        kwargs["retry"] = Retry(NoBackoff(), 0)
-        # RESP2: the replies the scripts are written for, on every Redis >= 6.2 (redis-py 8
-        # would negotiate RESP3 with HELLO).
-        kwargs["protocol"] = 2
-        cls: Any
-        if s.scheme == "unix":
-            cls = redis.UnixDomainSocketConnection
-        elif s.scheme == "rediss":
-            cls = redis.SSLConnection
-        else:
-            cls = redis.Connection
-        conn = cls(**kwargs)
-        try:
-            with self._errors():
-                conn.connect()
-                self._check_server(conn)
-        except BaseException:
-            conn.disconnect()
-            raise
-        self._conn = conn
-        self._generation = fork_generation()
+        self._link.connection()
         self._last_used = time.monotonic()
         self._token_prefix = os.urandom(5).hex() + "."
         self._tokens = itertools.count(1)
@@ -424,18 +376,12 @@ class RedisAdapter(Adapter):
             log.warning("%s (add ?strict=true to refuse to start instead)", message)
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.disconnect()
-            except Exception:  # closing a broken socket
-                log.debug("disconnect failed", exc_info=True)
+        self._link.close()
 
     def _connection(self) -> Any:
-        conn = self._conn
-        if conn is None or self._generation != fork_generation():
+        if not self._link.is_open:
             self.open()
-            conn = self._conn
+        conn = self._link.connection()
         now = time.monotonic()
         idle = now - self._last_used
         self._last_used = now
@@ -468,20 +414,11 @@ class RedisAdapter(Adapter):
             except (rx.ConnectionError, rx.TimeoutError, OSError):
                 conn.disconnect()  # the next send reconnects
 
-    def _eval(self, script: _Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        conn = self._connection()
-        try:
-            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            return conn.read_response()
-        except rx.NoScriptError:
-            # First use on this server (or it restarted): load and run again.  NOSCRIPT means
-            # the script did not run, so running it now cannot run it twice.
-            conn.send_command("SCRIPT", "LOAD", script.source)
-            conn.read_response()
-            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            return conn.read_response()
+    def _eval(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        self._connection()  # the idle check first
+        return self._link.eval(script, keys, args)
 
-    def _run(self, script: _Script, k: _Keys, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+    def _run(self, script: Script, k: _Keys, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         """Run a script of the queue whose keys are ``k``, past a wrong-typed key of it.
 
         The failed call wrote nothing (no script writes before its checks), so it runs once more

@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
 
-import redis
-
 from ackwise import BrokerURL, ClaimResult, IdempotencyStore, KeyState
-from ackwise_redis._errors import map_redis_errors
+from ackwise_redis._connection import Link, Script, load_script
 from ackwise_redis._url import RedisSettings, parse_redis_url
 
 __all__ = ["RedisIdempotencyStore"]
 
 
-def _source(name: str) -> bytes:
-    return resources.files("ackwise_redis").joinpath(f"lua/{name}.lua").read_bytes()
+_CLAIM = load_script("idem_claim")
+_EXTEND = load_script("idem_extend")
+_COMPLETE = load_script("idem_complete")
+_RELEASE = load_script("idem_release")
 
 
 def _ms(seconds: float) -> int:
@@ -38,46 +38,27 @@ class RedisIdempotencyStore(IdempotencyStore):
     def __init__(self, url: BrokerURL, **kwargs: Any) -> None:
         super().__init__(url, **kwargs)
         self.settings: RedisSettings = parse_redis_url(url)
-        self._client: Any = None
-        self._scripts: dict[str, Any] = {}
-
-    def _errors(self) -> Any:
-        return map_redis_errors(self.settings.where, self.settings.password)
+        self._link = Link(self.settings)
+        self._mutex = threading.Lock()  # one connection: one command at a time
 
     def open(self) -> None:
-        if self._client is not None:
-            return
-        kwargs = self.settings.connection_kwargs()
-        if self.settings.scheme == "unix":
-            pool = redis.ConnectionPool(connection_class=redis.UnixDomainSocketConnection, **kwargs)
-        elif self.settings.scheme == "rediss":
-            pool = redis.ConnectionPool(connection_class=redis.SSLConnection, **kwargs)
-        else:
-            pool = redis.ConnectionPool(**kwargs)
-        client = redis.Redis(connection_pool=pool)
-        with self._errors():
-            client.ping()
-        self._client = client
-        for name in ("idem_claim", "idem_extend", "idem_complete", "idem_release"):
-            self._scripts[name] = client.register_script(_source(name))
+        with self._mutex, self._link.errors():
+            self._link.connection()
 
     def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        with self._mutex:
+            self._link.close()
 
     def _key(self, key: str) -> str:
         digest = hashlib.sha1(key.encode()).hexdigest() if len(key) > 200 else key
         return f"{{{self.settings.prefix}:idem:{digest}}}"
 
-    def _run(self, name: str, key: str, *args: Any) -> Any:
-        if self._client is None:
-            self.open()
-        with self._errors():
-            return self._scripts[name](keys=[self._key(key)], args=list(args))
+    def _run(self, script: Script, key: str, *args: Any) -> Any:
+        with self._mutex, self._link.errors():
+            return self._link.eval(script, [self._key(key)], args)
 
     def claim(self, key: str, holder: str, lease: float) -> ClaimResult:
-        state, pttl = self._run("idem_claim", key, holder, _ms(lease))
+        state, pttl = self._run(_CLAIM, key, holder, _ms(lease))
         if state == 1:
             return ClaimResult(KeyState.DONE)
         if state == 2:
@@ -86,10 +67,10 @@ class RedisIdempotencyStore(IdempotencyStore):
 
     def extend(self, claims: Sequence[tuple[str, str]], lease: float) -> None:
         for key, holder in claims:
-            self._run("idem_extend", key, holder, _ms(lease))
+            self._run(_EXTEND, key, holder, _ms(lease))
 
     def complete(self, key: str, holder: str) -> None:
-        self._run("idem_complete", key, _ms(self.done_ttl))
+        self._run(_COMPLETE, key, _ms(self.done_ttl))
 
     def release(self, key: str, holder: str) -> None:
-        self._run("idem_release", key, holder)
+        self._run(_RELEASE, key, holder)

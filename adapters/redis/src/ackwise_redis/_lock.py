@@ -19,23 +19,13 @@ that time and steps down.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import math
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from importlib import resources
 from typing import Any
-
-import redis
-import redis.exceptions as rx
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from ackwise import BrokerURL, Claim, LeaderLock, LockInfo
 from ackwise.errors import ConfigurationError
-from ackwise_redis._errors import map_redis_errors
+from ackwise_redis._connection import Link, Script, load_script
 from ackwise_redis._url import RedisSettings, parse_redis_url
 
 __all__ = ["KEEP_FIRES", "RedisLeaderLock"]
@@ -44,23 +34,12 @@ __all__ = ["KEEP_FIRES", "RedisLeaderLock"]
 KEEP_FIRES = 64
 
 
-@dataclass(frozen=True)
-class _Script:
-    source: bytes
-    sha: str
-
-
-def _script(name: str) -> _Script:
-    source = resources.files("ackwise_redis").joinpath(f"lua/{name}.lua").read_bytes()
-    return _Script(source, hashlib.sha1(source).hexdigest())
-
-
-_ACQUIRE = _script("lock_acquire")
-_RENEW = _script("lock_renew")
-_RELEASE = _script("lock_release")
-_CLAIM = _script("lock_claim")
-_LAST_FIRES = _script("lock_last_fires")
-_INFO = _script("lock_info")
+_ACQUIRE = load_script("lock_acquire")
+_RENEW = load_script("lock_renew")
+_RELEASE = load_script("lock_release")
+_CLAIM = load_script("lock_claim")
+_LAST_FIRES = load_script("lock_last_fires")
+_INFO = load_script("lock_info")
 
 _CLAIMS = {1: Claim.CLAIMED, 0: Claim.TAKEN, -1: Claim.NOT_HOLDER}
 
@@ -76,73 +55,23 @@ class RedisLeaderLock(LeaderLock):
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
         self.settings: RedisSettings = parse_redis_url(url)
-        self._conn: Any = None
-        self._pid = 0
+        self._link = Link(self.settings)
 
     def __repr__(self) -> str:
         return f"<RedisLeaderLock {self.settings.where} prefix={self.settings.prefix!r}>"
 
-    def _errors(self) -> Any:
-        return map_redis_errors(self.settings.where, self.settings.password)
-
     def open(self) -> None:
-        if self._conn is not None and self._pid == os.getpid():
-            return
-        self._conn = None  # inherited through fork(): never touch the parent's socket
-        s = self.settings
-        if self.timeout is not None:
-            s = dataclasses.replace(
-                s,
-                socket_timeout=min(s.socket_timeout, self.timeout),
-                socket_connect_timeout=min(s.socket_connect_timeout, self.timeout),
-            )
-        kwargs = s.connection_kwargs()
-        kwargs["retry"] = Retry(NoBackoff(), 0)
-        kwargs["protocol"] = 2
-        cls: Any
-        if s.scheme == "unix":
-            cls = redis.UnixDomainSocketConnection
-        elif s.scheme == "rediss":
-            cls = redis.SSLConnection
-        else:
-            cls = redis.Connection
-        conn = cls(**kwargs)
-        try:
-            with self._errors():
-                conn.connect()
-        except BaseException:
-            conn.disconnect()
-            raise
-        self._conn, self._pid = conn, os.getpid()
+        self._link.timeout = self.timeout  # set between creation and open
+        with self._link.errors():
+            self._link.connection()
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None and self._pid == os.getpid():
-            try:
-                conn.disconnect()
-            except Exception:  # closing a broken socket
-                pass
+        self._link.close()
 
-    def _eval(self, script: _Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        if self._conn is None or self._pid != os.getpid():
-            self.open()
-        conn = self._conn
-        with self._errors():
-            try:
-                try:
-                    conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                    return conn.read_response()
-                except rx.NoScriptError:
-                    # NOSCRIPT: the script did not run, so loading it and running it again
-                    # cannot run it twice.
-                    conn.send_command("SCRIPT", "LOAD", script.source)
-                    conn.read_response()
-                    conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                    return conn.read_response()
-            except (rx.ConnectionError, rx.TimeoutError, OSError):
-                # A late reply must never be read as the answer to the next command.
-                conn.disconnect()
-                raise
+    def _eval(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        self._link.timeout = self.timeout
+        with self._link.errors():
+            return self._link.eval(script, keys, args)
 
     def _base(self, name: str) -> str:
         if not name or "{" in name or "}" in name:
