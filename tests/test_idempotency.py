@@ -10,7 +10,8 @@ import pytest
 
 import ackwise
 from ackwise import App
-from ackwise._idempotency import KeyState, open_store
+from ackwise._idempotency import KeyState
+from ackwise._plugins import open_store
 from ackwise.errors import ConfigurationError
 from ackwise.testing import run_worker
 from ackwise_conformance.brokers import missing_broker

@@ -14,7 +14,8 @@ import pytest
 
 import ackwise._sqlite as sqlite_mod
 from ackwise import BrokerURL, Outgoing, QueueSpec, open_adapter
-from ackwise._sqlite import SQLiteAdapter, map_sqlite_errors
+from ackwise._sqlite import SQLiteAdapter
+from ackwise._sqlite_file import map_sqlite_errors
 from ackwise.errors import (
     BrokerUnavailable,
     InvalidBrokerURL,
@@ -313,16 +314,16 @@ def test_messages_of_a_dead_process_come_back_after_the_lease(
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_an_adapter_used_after_fork_opens_its_own_connection(adapter: SQLiteAdapter) -> None:
     adapter.publish("q", [Outgoing("parent", b"x")])
-    parent_connection = adapter._db
+    parent_connection = adapter._conn()
     pid = os.fork()
     if pid == 0:  # the child: never return into pytest
         code = 1
         try:
             adapter.publish("q", [Outgoing("child", b"x")])
-            code = 0 if adapter._db is not parent_connection else 3
+            code = 0 if adapter._conn() is not parent_connection else 3
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert adapter._db is parent_connection
+    assert adapter._conn() is parent_connection
     assert adapter.stats("q").ready == 2

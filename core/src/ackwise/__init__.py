@@ -6,8 +6,9 @@ from ackwise._envelope import ENVELOPE_VERSION, Attempt, Envelope
 from ackwise._envelope import decode as decode_envelope
 from ackwise._hookspecs import hookimpl
 from ackwise._idempotency import ClaimResult, IdempotencyStore, KeyState
-from ackwise._locks import Claim, LeaderLock, Leadership, LockInfo, LockRegistry, open_lock
-from ackwise._plugins import AdapterRegistry, Plugins, get_plugins, open_adapter
+from ackwise._locks import Claim, LeaderLock, Leadership, LockInfo
+from ackwise._plugins import Plugins, get_plugins, open_adapter, open_lock
+from ackwise._registries import AdapterRegistry, LockRegistry
 from ackwise._schedule import Cron, Interval, Periodic, Schedule
 from ackwise._semantics import (
     Ack,

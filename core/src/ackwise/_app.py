@@ -7,7 +7,6 @@ import inspect
 import math
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -15,15 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from ackwise import _envelope
+from ackwise._envelope import check_queue_name
 from ackwise._plugins import Plugins, get_plugins
+from ackwise._policy import check_publish, schedule_delay
 from ackwise._schedule import Periodic, declare, make_schedule
 from ackwise._semantics import Ack
 from ackwise._spi import Adapter, BrokerURL, Outgoing, QueueSpec
 from ackwise.errors import (
     ConfigurationError,
-    InvalidSchedule,
-    MessageTooLarge,
-    PublishError,
     TransientAdapterError,
 )
 
@@ -41,7 +39,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_BROKER = "sqlite:///ackwise.db"
-_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,80}$")
 
 
 class Retry(Exception):
@@ -239,6 +236,7 @@ class App:
         )
         self.default_queue = check_queue_name(default_queue)
         self.tasks: dict[str, Task[..., Any]] = {}
+        self._schedules: dict[str, Periodic] = {}
         self._producer: Adapter | None = None
         self._declared: set[str] = set()
         self._lock = threading.Lock()
@@ -444,27 +442,8 @@ class App:
             headers=headers or {},
         )
         body = _envelope.encode(env)
-        self._check_size(task.name, body)
-        if delay:
-            self._check_delay(task.name, delay)
+        check_publish(task.name, self._adapter_cls.capabilities, self._broker.scheme, body, delay)
         return q, Outgoing(env.id, body, delay)
-
-    def _check_size(self, what: str, body: bytes) -> None:
-        limit = self._adapter_cls.capabilities.max_message_size
-        if limit is not None and len(body) > limit:
-            raise MessageTooLarge(
-                f"{what}: the encoded message is {len(body)} bytes; the broker "
-                f"({self._broker.scheme}) accepts at most {limit}; nothing was published"
-            )
-
-    def _check_delay(self, what: str, delay: float) -> None:
-        caps = self._adapter_cls.capabilities
-        if not caps.native_delay or (caps.max_delay is not None and delay > caps.max_delay):
-            raise InvalidSchedule(
-                f"{what}: a delay of {delay:.3f}s is more than the broker "
-                f"({self._broker.scheme}) can hold (max_delay={caps.max_delay}); "
-                "nothing was published"
-            )
 
     def _publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
         with self._lock:
@@ -482,8 +461,7 @@ class App:
     @property
     def schedules(self) -> dict[str, Periodic]:
         """The periodic schedules declared on this app, by name (``ackwise beat`` fires them)."""
-        schedules: dict[str, Periodic] = self.__dict__.setdefault("_schedules", {})
-        return schedules
+        return self._schedules
 
     def periodic(
         self,
@@ -515,9 +493,29 @@ class App:
             (default 100) of the newest.
         :raises ConfigurationError: an unclear or impossible schedule.
         """
+        resolved: Task[..., Any]
+        if isinstance(task, Signature):
+            if args or kwargs:
+                raise ConfigurationError(
+                    "give the arguments either in the signature (task.s(...)) or as "
+                    "args=/kwargs=, not both"
+                )
+            resolved, args, kwargs = task.task, task.args, task.kwargs
+        elif isinstance(task, Task):
+            resolved = task
+        elif isinstance(task, str) and task in self.tasks:
+            resolved = self.tasks[task]
+        elif isinstance(task, str):
+            raise ConfigurationError(
+                f"periodic: no task named {task!r} is registered on app {self.name!r}"
+            )
+        else:
+            raise ConfigurationError(
+                f"periodic: expected a task, a signature (task.s(...)) or a task name, got {task!r}"
+            )
         return declare(
             self,
-            task,
+            resolved,
             make_schedule(every, cron, tz),
             name=name,
             args=args,
@@ -562,42 +560,3 @@ class App:
             return task
 
         return register
-
-
-def schedule_delay(
-    what: str, countdown: float | None, eta: dt.datetime | None, now: float
-) -> float:
-    """Turn ``countdown`` / ``eta`` into a delay in seconds, refusing what cannot be meant."""
-    if countdown is not None and eta is not None:
-        raise InvalidSchedule(f"{what}: give countdown or eta, not both; nothing was published")
-    if countdown is not None:
-        if isinstance(countdown, bool) or not isinstance(countdown, int | float):
-            raise InvalidSchedule(
-                f"{what}: countdown must be a number of seconds, got {type(countdown).__name__}"
-            )
-        if not math.isfinite(countdown) or countdown < 0:
-            raise InvalidSchedule(
-                f"{what}: countdown must be a finite number of seconds >= 0, got {countdown!r}; "
-                "nothing was published"
-            )
-        return float(countdown)
-    if eta is not None:
-        if not isinstance(eta, dt.datetime):
-            raise InvalidSchedule(f"{what}: eta must be a datetime, got {type(eta).__name__}")
-        if eta.tzinfo is None or eta.utcoffset() is None:
-            raise InvalidSchedule(
-                f"{what}: eta {eta.isoformat()} is naive; give an aware datetime, e.g. "
-                "datetime.now(timezone.utc) + timedelta(minutes=5); nothing was published"
-            )
-        return max(0.0, eta.timestamp() - now)
-    return 0.0
-
-
-def check_queue_name(name: object) -> str:
-    """Return ``name`` if it is a valid queue name, else raise a clear error."""
-    if not isinstance(name, str) or not _QUEUE_NAME.match(name):
-        raise PublishError(
-            f"invalid queue name {name!r}: expected 1-80 characters of letters, digits, "
-            "'_', '.', ':' or '-'"
-        )
-    return name

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ackwise._locks import Claim, LeaderLock, Leadership, open_lock
+from ackwise._locks import Claim, LeaderLock, Leadership
+from ackwise._plugins import open_lock
 from ackwise._schedule import UTC, Periodic, from_us, to_us
 from ackwise._spi import redact_url
 from ackwise.errors import AckwiseError, AdapterError, ConfigurationError
@@ -361,7 +362,7 @@ def _when(t: dt.datetime, tz: dt.tzinfo) -> str:
 
 def format_schedules(app: App, *, now: dt.datetime | None = None, count: int = 3) -> str:
     """The ``ackwise beat --list`` table: every schedule with its next ``count`` fire times."""
-    from ackwise._cli import table
+    from ackwise._cli_common import table
 
     now = now or _utcnow()
     rows = []
@@ -385,7 +386,7 @@ def format_schedules(app: App, *, now: dt.datetime | None = None, count: int = 3
 # -- command line --------------------------------------------------------------------------
 def add_parser(sub: Any) -> None:
     """Add ``ackwise beat`` to the ``ackwise`` sub-commands."""
-    from ackwise._cli import _positive_float
+    from ackwise._cli_common import positive_float
 
     b = sub.add_parser(
         "beat",
@@ -400,19 +401,19 @@ def add_parser(sub: Any) -> None:
     )
     b.add_argument(
         "--tick",
-        type=_positive_float,
+        type=positive_float,
         default=BeatConfig.tick,
         help="longest sleep of the loop; followers try the lock this often (< --ttl)",
     )
     b.add_argument(
         "--ttl",
-        type=_positive_float,
+        type=positive_float,
         default=BeatConfig.ttl,
         help="seconds the lock lives without a renewal; a dead leader is replaced within ttl + tick",
     )
     b.add_argument(
         "--renew",
-        type=_positive_float,
+        type=positive_float,
         default=None,
         help="seconds between renewals (default ttl / 3; must be < ttl / 2)",
     )

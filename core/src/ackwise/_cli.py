@@ -10,25 +10,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ackwise._cli_common import (
+    positive_float,
+    queue_list,
+    queues_or_all,
+    resolve_broker,
+    table,
+)
 from ackwise._plugins import get_plugins
-from ackwise._spi import Adapter, QueueStats, redact_url
-from ackwise.errors import AckwiseError, UnsupportedCapability
+from ackwise._spi import QueueStats, redact_url
+from ackwise.errors import AckwiseError
 
 log = logging.getLogger("ackwise")
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
-    return value
-
-
-def _queues(text: str) -> list[str]:
-    return [q.strip() for q in text.split(",") if q.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("worker", help="run a worker", description="Run a worker process.")
     w.add_argument("app", metavar="MODULE:APP", help="import path of the App, e.g. proj.tasks:app")
-    w.add_argument("-Q", "--queues", type=_queues, default=[], help="comma-separated queues")
+    w.add_argument("-Q", "--queues", type=queue_list, default=[], help="comma-separated queues")
     w.add_argument(
         "-c", "--concurrency", type=int, default=0, help="executor slots (default: CPUs)"
     )
@@ -53,14 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
         "to 64 while tasks are short)",
     )
     w.add_argument(
-        "--lease", type=_positive_float, default=30.0, help="lease seconds (renewed every lease/3)"
+        "--lease", type=positive_float, default=30.0, help="lease seconds (renewed every lease/3)"
     )
     w.add_argument(
-        "--grace", type=_positive_float, default=30.0, help="seconds running tasks get on SIGTERM"
+        "--grace", type=positive_float, default=30.0, help="seconds running tasks get on SIGTERM"
     )
     w.add_argument(
         "--unknown-task-delay",
-        type=_positive_float,
+        type=positive_float,
         default=5.0,
         help="seconds before a message of an unknown task is offered again (rolling deploys)",
     )
@@ -72,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w.add_argument(
         "--broker-timeout",
-        type=_positive_float,
+        type=positive_float,
         default=60.0,
         help="give up when the broker stays unreachable this many seconds",
     )
@@ -83,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         "app", metavar="MODULE:APP", nargs="?", help="App whose broker and queues to show"
     )
     s.add_argument("--broker", help="broker URL (default: the app's, or $ACKWISE_BROKER_URL)")
-    s.add_argument("-Q", "--queues", type=_queues, default=[], help="comma-separated queues")
+    s.add_argument("-Q", "--queues", type=queue_list, default=[], help="comma-separated queues")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=cmd_stats)
 
@@ -136,18 +129,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return worker.run()
 
 
-def queues_or_all(adapter: Adapter, broker: str, queues: list[str]) -> list[str]:
-    """``queues`` if any were named, else every queue the broker knows (or a clear error)."""
-    if queues:
-        return queues
-    try:
-        return list(adapter.queues())
-    except UnsupportedCapability:
-        raise AckwiseError(
-            f"the broker {redact_url(broker)} cannot list its queues; name them with -Q"
-        ) from None
-
-
 def _stats_rows(broker: str, queues: list[str]) -> list[QueueStats]:
     from ackwise._plugins import open_adapter
 
@@ -157,20 +138,6 @@ def _stats_rows(broker: str, queues: list[str]) -> list[QueueStats]:
         return [adapter.stats(q) for q in queues_or_all(adapter, broker, queues)]
     finally:
         adapter.close()
-
-
-def resolve_broker(args: argparse.Namespace) -> tuple[str, list[str]]:
-    """The broker URL and queues named by ``MODULE:APP``, ``--broker`` and ``-Q``."""
-    queues = args.queues if isinstance(args.queues, list) else _queues(args.queues)
-    broker = args.broker
-    if args.app:
-        from ackwise._execution import load_app
-
-        app = load_app(args.app)
-        broker = broker or app.broker_url
-        queues = queues or app.queues()
-    broker = broker or os.environ.get("ACKWISE_BROKER_URL") or "sqlite:///ackwise.db"
-    return broker, list(queues)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -226,14 +193,6 @@ def cmd_adapters(args: argparse.Namespace) -> int:
         rows.append([item["scheme"], item["distribution"], item["adapter"], desc])
     print(table(["scheme", "distribution", "adapter", "capabilities"], rows))
     return 0
-
-
-def table(header: list[str], rows: list[list[Any]]) -> str:
-    cells = [header, *[[str(c) for c in r] for r in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -151,7 +151,7 @@ def _has_filter(args: argparse.Namespace) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ackwise._cli import queues_or_all, resolve_broker, table
+    from ackwise._cli_common import queues_or_all, resolve_broker, table
     from ackwise._plugins import open_adapter
 
     broker, queues = resolve_broker(args)

@@ -11,15 +11,24 @@ Wire format (version 1), documented in ``docs/envelope.md``::
 from __future__ import annotations
 
 import math
+import re
 import time
 import uuid
 from typing import Any
 
 import msgspec
 
-from ackwise.errors import DecodeError, NotSerializable, UnknownEnvelopeVersion
+from ackwise.errors import DecodeError, NotSerializable, PublishError, UnknownEnvelopeVersion
 
-__all__ = ["ENVELOPE_VERSION", "Attempt", "Envelope", "check_json", "decode", "encode"]
+__all__ = [
+    "ENVELOPE_VERSION",
+    "Attempt",
+    "Envelope",
+    "check_json",
+    "check_queue_name",
+    "decode",
+    "encode",
+]
 
 ENVELOPE_VERSION = 1
 
@@ -177,3 +186,16 @@ def _fail(
 
 def now() -> float:
     return time.time()
+
+
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,80}$")
+
+
+def check_queue_name(name: object) -> str:
+    """Return ``name`` if it is a valid queue name, else raise a clear error."""
+    if not isinstance(name, str) or not _QUEUE_NAME.match(name):
+        raise PublishError(
+            f"invalid queue name {name!r}: expected 1-80 characters of letters, digits, "
+            "'_', '.', ':' or '-'"
+        )
+    return name

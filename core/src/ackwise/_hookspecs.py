@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from ackwise._locks import LockRegistry
-    from ackwise._plugins import AdapterRegistry
+    from ackwise._registries import AdapterRegistry, LockRegistry
 
 hookspec = pluggy.HookspecMarker("ackwise")
 hookimpl = pluggy.HookimplMarker("ackwise")

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import abc
 import enum
-import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ackwise._spi import BrokerURL
+from ackwise._sqlite_file import SQLiteFile, run_schema
 from ackwise.errors import (
     BrokerUnavailable,
     ConfigurationError,
@@ -39,8 +39,6 @@ __all__ = [
     "MemoryIdempotencyStore",
     "PostgresIdempotencyStore",
     "SQLiteIdempotencyStore",
-    "holder_id",
-    "open_store",
 ]
 
 #: How long a completed key is remembered (seconds) unless the store is told otherwise.
@@ -163,49 +161,25 @@ class SQLiteIdempotencyStore(IdempotencyStore):
     """Keys in the SQLite database file of an embedded broker (table ``ackwise_idempotency``)."""
 
     scheme = "sqlite"
+    _file: SQLiteFile | None = None
 
     def open(self) -> None:
-        from ackwise._sqlite import parse_sqlite_url
-
-        path, _, _ = parse_sqlite_url(self.url)
-        self._path = path
-        self._db: sqlite3.Connection | None = None
-        try:
-            self._db = sqlite3.connect(
-                path, timeout=10.0, isolation_level=None, check_same_thread=False
-            )
-            self._db.execute("PRAGMA busy_timeout = 10000")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute(_SQLITE_SCHEMA)  # (a new file's WAL mode is the broker's too)
-        except sqlite3.Error as exc:
-            raise BrokerUnavailable(
-                f"idempotency store: cannot open SQLite database {path!r}: {exc}"
-            ) from exc
+        self._file = SQLiteFile(
+            self.url,
+            what="SQLite idempotency store",
+            setup=lambda db: run_schema(db, [_SQLITE_SCHEMA]),
+        )
+        self._file.open()
 
     def close(self) -> None:
-        db = getattr(self, "_db", None)
-        if db is not None:
-            db.close()
-            self._db = None
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        db = self._db
-        if db is None:
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        if self._file is None:
             raise TransientAdapterError(f"idempotency store {self.url}: not open")
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.rollback()
-                raise
-        except sqlite3.OperationalError as exc:
-            raise TransientAdapterError(f"idempotency store {self._path!r}: {exc}") from exc
-        except sqlite3.Error as exc:
-            raise PermanentAdapterError(f"idempotency store {self._path!r}: {exc}") from exc
+        return self._file.write()
 
     def claim(self, key: str, holder: str, lease: float) -> ClaimResult:
         now = time.time()
@@ -343,24 +317,3 @@ class PostgresIdempotencyStore(IdempotencyStore):
             "DELETE FROM ackwise_idempotency WHERE key = %s AND holder = %s AND status = 'running'",
             (key, holder),
         )
-
-
-def open_store(url: str, plugins: Any = None) -> IdempotencyStore:
-    """Build and open the idempotency store for ``url`` (schemes come from plugins)."""
-    from ackwise._plugins import get_plugins
-
-    parsed = BrokerURL.parse(url)
-    registry = (plugins or get_plugins()).adapters
-    cls = registry.idempotency_store(parsed.scheme)
-    if cls is None:
-        raise ConfigurationError(
-            f"no idempotency store for {parsed.scheme!r} URLs; known: "
-            f"{', '.join(registry.idempotency_schemes())}; set App(idempotency_store=URL)"
-        )
-    store: IdempotencyStore = cls(parsed)
-    store.open()
-    return store
-
-
-def holder_id(worker_id: str, job_id: int) -> str:
-    return f"{worker_id}:{os.getpid()}:{job_id}"

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import abc
 import enum
-import importlib
 import logging
 import math
 import os
@@ -32,24 +31,22 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from ackwise._spi import BrokerURL
-from ackwise.errors import AdapterError, ConfigurationError, InvalidBrokerURL, UnknownBrokerScheme
+from ackwise._sqlite_file import SQLiteFile, run_schema
+from ackwise.errors import AdapterError, ConfigurationError, InvalidBrokerURL
 
 __all__ = [
     "Claim",
     "LeaderLock",
     "Leadership",
-    "LockEntry",
     "LockInfo",
-    "LockRegistry",
     "MemoryLeaderLock",
     "SQLiteLeaderLock",
     "default_owner",
-    "open_lock",
 ]
 
 log = logging.getLogger(__name__)
@@ -132,85 +129,6 @@ class LeaderLock(abc.ABC):
     @abc.abstractmethod
     def info(self, name: str) -> LockInfo | None:
         """The current holder of ``name``, or ``None`` when it is free."""
-
-
-# -- registry ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LockEntry:
-    """One registered lock backend: a URL scheme and where its class lives."""
-
-    scheme: str
-    import_path: str
-    distribution: str
-    plugin: str
-
-    def load(self) -> type[LeaderLock]:
-        """Import the backend class."""
-        module_name, _, attr = self.import_path.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigurationError(
-                f"lock backend for scheme {self.scheme!r} ({self.import_path}, from "
-                f"{self.distribution}) cannot be imported: {exc}"
-            ) from exc
-        if not (isinstance(cls, type) and issubclass(cls, LeaderLock)):
-            raise ConfigurationError(
-                f"{self.import_path} (lock scheme {self.scheme!r}) is not an "
-                "ackwise.LeaderLock subclass"
-            )
-        return cls
-
-
-class LockRegistry:
-    """What ``ackwise_register_lock_backends`` hooks fill in."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, LockEntry] = {}
-        self._current_plugin = "?"
-
-    def add(self, scheme: str, import_path: str, *, distribution: str = "?") -> None:
-        """Register ``import_path`` (``"module:Class"``) as the lock backend for ``scheme://``.
-
-        :raises ConfigurationError: the path is malformed or the scheme is registered twice.
-        """
-        scheme = scheme.lower()
-        if ":" not in import_path:
-            raise ConfigurationError(
-                f"lock backend import path {import_path!r} for scheme {scheme!r} must look "
-                "like 'package.module:ClassName'"
-            )
-        if scheme in self._entries:
-            other = self._entries[scheme]
-            raise ConfigurationError(
-                f"lock scheme {scheme!r} is registered twice: by {other.plugin} "
-                f"({other.import_path}) and by {self._current_plugin} ({import_path})"
-            )
-        self._entries[scheme] = LockEntry(scheme, import_path, distribution, self._current_plugin)
-
-    def schemes(self) -> list[str]:
-        return sorted(self._entries)
-
-    def get(self, scheme: str) -> LockEntry:
-        """The entry for ``scheme``; an error naming the installed schemes when there is none."""
-        try:
-            return self._entries[scheme.lower()]
-        except KeyError:
-            raise UnknownBrokerScheme(
-                scheme,
-                self.schemes(),
-                "no installed plugin provides a leader lock for it; pass --lock with a "
-                "URL of one of those schemes",
-            ) from None
-
-
-def open_lock(url: str, plugins: object | None = None) -> LeaderLock:
-    """Build (not open) the lock backend for ``url``."""
-    from ackwise._plugins import Plugins, get_plugins
-
-    parsed = BrokerURL.parse(url)
-    registry = (plugins if isinstance(plugins, Plugins) else get_plugins()).lock_backends
-    return registry.get(parsed.scheme).load()(parsed)
 
 
 def default_owner() -> str:
@@ -468,12 +386,6 @@ class MemoryLeaderLock(LeaderLock):
             return LockInfo(name, state.owner, state.fence, state.expires_at - now)
 
 
-def reset_memory_locks() -> None:
-    """Forget every in-process lock store (between tests)."""
-    with _memory_lock:
-        _memory_stores.clear()
-
-
 # -- sqlite ----------------------------------------------------------------------------------
 _SQLITE_SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ackwise_locks (
@@ -514,81 +426,28 @@ class SQLiteLeaderLock(LeaderLock):
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
-        from ackwise._sqlite import parse_sqlite_url
-
-        self.path, self._synchronous, self._busy_timeout = parse_sqlite_url(url)
-        self._db: sqlite3.Connection | None = None
-        self._pid = 0
+        self._file = SQLiteFile(
+            url,
+            what="SQLite lock store",
+            setup=lambda db: run_schema(db, _SQLITE_SCHEMA),
+        )
+        self.path = self._file.path
 
     def open(self) -> None:
-        from ackwise._sqlite import map_sqlite_errors
-
-        if self._db is not None and self._pid == os.getpid():
-            return
-        self._db = None  # a handle inherited through fork() is never used
-        busy = self._busy_timeout if self.timeout is None else min(self._busy_timeout, self.timeout)
-        directory = os.path.dirname(self.path)
-        if not os.path.isdir(directory):
-            from ackwise.errors import BrokerUnavailable
-
-            raise BrokerUnavailable(
-                f"cannot open SQLite lock store {self.path!r}: directory {directory!r} does not "
-                "exist (ackwise does not create it)"
-            )
-        with map_sqlite_errors(self.path):
-            db = sqlite3.connect(
-                self.path, timeout=busy, isolation_level=None, check_same_thread=False
-            )
-            try:
-                db.execute(f"PRAGMA busy_timeout = {int(busy * 1000)}")
-                db.execute("PRAGMA journal_mode = WAL")
-                db.execute(f"PRAGMA synchronous = {self._synchronous}")
-                db.execute("BEGIN IMMEDIATE")
-                for statement in _SQLITE_SCHEMA:
-                    db.execute(statement)
-                db.execute("COMMIT")
-            except BaseException:
-                db.close()
-                raise
-        self._db, self._pid = db, os.getpid()
+        self._file.timeout = self.timeout  # set between creation and open
+        self._file.open()
 
     def close(self) -> None:
-        db, self._db = self._db, None
-        if db is not None and self._pid == os.getpid():
-            db.close()
+        self._file.close()
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        from ackwise._sqlite import map_sqlite_errors
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        self._file.timeout = self.timeout
+        return self._file.write()
 
-        if self._db is None or self._pid != os.getpid():
-            self.open()
-        db = self._db
-        assert db is not None
-        with map_sqlite_errors(self.path):
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    try:
-                        db.rollback()
-                    except sqlite3.Error:
-                        pass
-                raise
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _read(self) -> AbstractContextManager[sqlite3.Connection]:
         """A plain read: in WAL mode a consistent snapshot that takes no write lock."""
-        from ackwise._sqlite import map_sqlite_errors
-
-        if self._db is None or self._pid != os.getpid():
-            self.open()
-        db = self._db
-        assert db is not None
-        with map_sqlite_errors(self.path):
-            yield db
+        self._file.timeout = self.timeout
+        return self._file.read()
 
     def acquire(self, name: str, token: str, ttl: float, owner: str) -> int | None:
         with self._read() as db:  # a follower's usual answer, without the write lock

@@ -24,136 +24,22 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from ackwise import _hookspecs
-from ackwise.errors import ConfigurationError, UnknownBrokerScheme
+from ackwise._registries import AdapterRegistry, LockRegistry
+from ackwise.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ackwise._locks import LockRegistry
+    from ackwise._idempotency import IdempotencyStore
+    from ackwise._locks import LeaderLock
     from ackwise._spi import Adapter
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "ackwise"
-
-# Where a scheme that is not installed usually comes from, for the error message.
-_KNOWN_DISTRIBUTIONS = {
-    "redis": "ackwise-redis",
-    "rediss": "ackwise-redis",
-    "unix": "ackwise-redis",
-    "amqp": "ackwise-rabbitmq",
-    "amqps": "ackwise-rabbitmq",
-    "sqs": "ackwise-sqs",
-}
-_EXTRAS = {"ackwise-redis": "redis", "ackwise-rabbitmq": "rabbitmq", "ackwise-sqs": "sqs"}
-
-
-@dataclass(frozen=True)
-class AdapterEntry:
-    """One registered adapter: a scheme and where its class lives."""
-
-    scheme: str
-    import_path: str
-    distribution: str
-    plugin: str
-
-    def load(self) -> type[Adapter]:
-        """Import the adapter class."""
-        from ackwise._spi import Adapter
-
-        module_name, _, attr = self.import_path.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-            cls = getattr(module, attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigurationError(
-                f"adapter for scheme {self.scheme!r} ({self.import_path}, from "
-                f"{self.distribution}) cannot be imported: {exc}"
-            ) from exc
-        if not (isinstance(cls, type) and issubclass(cls, Adapter)):
-            raise ConfigurationError(
-                f"{self.import_path} (scheme {self.scheme!r}) is not an ackwise.Adapter subclass"
-            )
-        return cls
-
-
-class AdapterRegistry:
-    """What ``ackwise_register_adapters`` hooks fill in."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, AdapterEntry] = {}
-        self._stores: dict[str, tuple[str, str]] = {}  # scheme -> (import path, plugin)
-        self._current_plugin = "?"
-
-    def add_idempotency_store(self, scheme: str, import_path: str) -> None:
-        """Register an :class:`ackwise.IdempotencyStore` class for ``scheme://`` URLs (lazy)."""
-        scheme = scheme.lower()
-        if scheme in self._stores:
-            raise ConfigurationError(
-                f"idempotency store scheme {scheme!r} is registered twice: by "
-                f"{self._stores[scheme][1]} and by {self._current_plugin}"
-            )
-        self._stores[scheme] = (import_path, self._current_plugin)
-
-    def idempotency_store(self, scheme: str) -> type[Any] | None:
-        """The store class for ``scheme``, or ``None`` when no plugin provides one."""
-        entry = self._stores.get(scheme.lower())
-        if entry is None:
-            return None
-        module_name, _, attr = entry[0].partition(":")
-        try:
-            cls: type[Any] = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigurationError(
-                f"idempotency store for {scheme!r} ({entry[0]}) cannot be imported: {exc}"
-            ) from exc
-        return cls
-
-    def idempotency_schemes(self) -> list[str]:
-        return sorted(self._stores)
-
-    def add(self, scheme: str, import_path: str, *, distribution: str = "?") -> None:
-        """Register ``import_path`` (``"module:Class"``) for URLs starting ``scheme://``.
-
-        :raises ConfigurationError: another plugin registered the same scheme.
-        """
-        scheme = scheme.lower()
-        if ":" not in import_path:
-            raise ConfigurationError(
-                f"adapter import path {import_path!r} for scheme {scheme!r} must look like "
-                "'package.module:ClassName'"
-            )
-        if scheme in self._entries:
-            other = self._entries[scheme]
-            raise ConfigurationError(
-                f"broker scheme {scheme!r} is registered twice: by {other.plugin} "
-                f"({other.import_path}) and by {self._current_plugin} ({import_path}); "
-                "uninstall one, or block one with ACKWISE_PLUGINS_BLOCK"
-            )
-        self._entries[scheme] = AdapterEntry(
-            scheme, import_path, distribution, self._current_plugin
-        )
-
-    def schemes(self) -> list[str]:
-        return sorted(self._entries)
-
-    def entries(self) -> list[AdapterEntry]:
-        return [self._entries[s] for s in self.schemes()]
-
-    def get(self, scheme: str) -> AdapterEntry:
-        """Return the entry for ``scheme``; raise :class:`UnknownBrokerScheme` naming the fix."""
-        try:
-            return self._entries[scheme.lower()]
-        except KeyError:
-            dist = _KNOWN_DISTRIBUTIONS.get(scheme.lower())
-            hint = None
-            if dist:
-                hint = f"install {dist} (pip install 'ackwise[{_EXTRAS[dist]}]')"
-            raise UnknownBrokerScheme(scheme, self.schemes(), hint) from None
 
 
 class Plugins:
@@ -203,13 +89,7 @@ class Plugins:
     def adapters(self) -> AdapterRegistry:
         if self._registry is None:
             registry = AdapterRegistry()
-            # Called one implementation at a time so a duplicate names both plugins.
-            for impl in reversed(self.pm.hook.ackwise_register_adapters.get_hookimpls()):
-                if self._tracing:
-                    sys.stderr.write(f"ackwise_register_adapters [{impl.plugin_name}]\n")
-                registry._current_plugin = impl.plugin_name
-                impl.function(registry=registry)
-            registry._current_plugin = "?"
+            self._fill(self.pm.hook.ackwise_register_adapters, registry)
             self._registry = registry
         return self._registry
 
@@ -217,15 +97,19 @@ class Plugins:
     def lock_backends(self) -> LockRegistry:
         """The leader-lock backends of ``ackwise beat``, by URL scheme."""
         if self._locks is None:
-            from ackwise._locks import LockRegistry
-
             registry = LockRegistry()
-            for impl in reversed(self.pm.hook.ackwise_register_lock_backends.get_hookimpls()):
-                registry._current_plugin = impl.plugin_name
-                impl.function(registry=registry)
-            registry._current_plugin = "?"
+            self._fill(self.pm.hook.ackwise_register_lock_backends, registry)
             self._locks = registry
         return self._locks
+
+    def _fill(self, hook: Any, registry: AdapterRegistry | LockRegistry) -> None:
+        """Call ``hook`` one plugin at a time, so that a duplicate names both plugins."""
+        plugins = [impl.plugin_name for impl in reversed(hook.get_hookimpls())]
+        for name in plugins:
+            others = [self.pm.get_plugin(p) for p in plugins if p != name]
+            caller = self.pm.subset_hook_caller(hook.name, remove_plugins=others)
+            with registry.registering(name):
+                caller(registry=registry)
 
     def add_commands(self, subparsers: Any) -> None:
         self.pm.hook.ackwise_add_commands(subparsers=subparsers)
@@ -285,3 +169,29 @@ def open_adapter(url: str, plugins: Plugins | None = None) -> Adapter:
     cls = entry.load()
     log.debug("broker %s served by %s", parsed, entry.import_path)
     return cls(parsed)
+
+
+def open_lock(url: str, plugins: object | None = None) -> LeaderLock:
+    """Build (not open) the lock backend for ``url``."""
+    from ackwise._spi import BrokerURL
+
+    parsed = BrokerURL.parse(url)
+    registry = (plugins if isinstance(plugins, Plugins) else get_plugins()).lock_backends
+    return registry.get(parsed.scheme).load()(parsed)
+
+
+def open_store(url: str, plugins: Plugins | None = None) -> IdempotencyStore:
+    """Build and open the idempotency store for ``url`` (schemes come from plugins)."""
+    from ackwise._spi import BrokerURL
+
+    parsed = BrokerURL.parse(url)
+    registry = (plugins or get_plugins()).adapters
+    cls = registry.idempotency_store(parsed.scheme)
+    if cls is None:
+        raise ConfigurationError(
+            f"no idempotency store for {parsed.scheme!r} URLs; known: "
+            f"{', '.join(registry.idempotency_schemes())}; set App(idempotency_store=URL)"
+        )
+    store: IdempotencyStore = cls(parsed)
+    store.open()
+    return store

@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from cronsim import CronSim, CronSimError
 
+from ackwise._envelope import check_json, check_queue_name
 from ackwise.errors import ConfigurationError, PublishError
 
 if TYPE_CHECKING:
-    from ackwise._app import App, Signature, Task
+    from ackwise._app import App, Task
 
 __all__ = ["MISSED_POLICIES", "Cron", "Interval", "Periodic", "Schedule", "from_us", "to_us"]
 
@@ -309,7 +310,7 @@ def make_schedule(every: float | None, cron: str | None, tz: str | dt.tzinfo | N
 
 def declare(
     app: App,
-    target: Task[..., Any] | Signature | str,
+    task: Task[..., Any],
     schedule: Schedule,
     *,
     name: str | None,
@@ -320,28 +321,6 @@ def declare(
     catch_up_limit: int | None,
 ) -> Periodic:
     """Validate and record one schedule on ``app`` (the body of :meth:`App.periodic`)."""
-    from ackwise import _envelope
-    from ackwise._app import Signature, Task, check_queue_name
-
-    if isinstance(target, Signature):
-        if args or kwargs:
-            raise ConfigurationError(
-                "give the arguments either in the signature (task.s(...)) or as args=/kwargs=, "
-                "not both"
-            )
-        task, args, kwargs = target.task, target.args, target.kwargs
-    elif isinstance(target, Task):
-        task = target
-    elif isinstance(target, str):
-        if target not in app.tasks:
-            raise ConfigurationError(
-                f"periodic: no task named {target!r} is registered on app {app.name!r}"
-            )
-        task = app.tasks[target]
-    else:
-        raise ConfigurationError(
-            f"periodic: expected a task, a signature (task.s(...)) or a task name, got {target!r}"
-        )
     if task.app is not app or app.tasks.get(task.name) is not task:
         raise ConfigurationError(
             f"periodic: task {task.name!r} is not registered on app {app.name!r}"
@@ -371,9 +350,9 @@ def declare(
     kwargs = dict(kwargs or {})
     # Refused now, not at 3 a.m. when the schedule first fires.
     if args:
-        _envelope.check_json(task.name, "args", list(args))
+        check_json(task.name, "args", list(args))
     if kwargs:
-        _envelope.check_json(task.name, "kwargs", kwargs)
+        check_json(task.name, "kwargs", kwargs)
     if queue is not None:
         try:
             queue = check_queue_name(queue)

@@ -43,15 +43,14 @@ corrupt by a ``reason`` on a row that is not dead, which ackwise itself never wr
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
-from ackwise import (
+from ackwise._spi import (
     Adapter,
     AttemptCount,
     BrokerURL,
@@ -63,17 +62,14 @@ from ackwise import (
     QueueSpec,
     QueueStats,
 )
+from ackwise._sqlite_file import SQLiteFile, map_sqlite_errors, run_schema
 from ackwise.errors import (
-    AdapterError,
-    BrokerUnavailable,
-    InvalidBrokerURL,
     MessageTooLarge,
     PermanentAdapterError,
     StaleReceipt,
-    TransientAdapterError,
 )
 
-__all__ = ["SQLiteAdapter", "map_sqlite_errors"]
+__all__ = ["SQLiteAdapter"]
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +80,6 @@ MAX_MESSAGE_SIZE = 64 * 1024 * 1024
 SCHEMA_VERSION = 1
 
 READY, IN_FLIGHT, DEAD = 0, 1, 2
-
-_OPTIONS = ("busy_timeout", "synchronous")
-_SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
 
 # Largest batch of (seq, token) pairs in one statement; bigger batches use several statements
 # in the same transaction.
@@ -115,6 +108,22 @@ CREATE TABLE IF NOT EXISTS ackwise_queues (
     declared_at REAL NOT NULL
 ) WITHOUT ROWID;
 """
+
+
+def _set_up_schema(db: sqlite3.Connection) -> None:
+    """Create the tables of a new file; refuse a file of a newer ackwise."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version == SCHEMA_VERSION:
+        return
+    if version > SCHEMA_VERSION:
+        path = db.execute("PRAGMA database_list").fetchone()[2]
+        raise PermanentAdapterError(
+            f"SQLite database {path!r} has ackwise schema version {version}; this "
+            f"ackwise knows version {SCHEMA_VERSION}: upgrade ackwise"
+        )
+    statements = [s for s in _SCHEMA.split(";") if s.strip()]
+    run_schema(db, [*statements, f"PRAGMA user_version = {SCHEMA_VERSION}"])
+
 
 # Every query that should use the partial index repeats its condition (``state < 2``)
 # literally: SQLite only uses a partial index when the WHERE clause names its condition.
@@ -201,107 +210,6 @@ _SQL_EXTEND = {
     f"WHERE state = {IN_FLIGHT} AND (seq, token) IN {_pairs(n)} RETURNING seq, token"
     for n in _SIZES
 }
-
-# Connections inherited through fork() are never used nor closed by the child (SQLite forbids
-# both); they are kept here so that garbage collection does not close them either.
-_inherited: list[sqlite3.Connection] = []
-
-
-# -- error mapping -------------------------------------------------------------------------
-_TRANSIENT_CODES = {
-    5,  # SQLITE_BUSY
-    6,  # SQLITE_LOCKED
-    13,  # SQLITE_FULL: disk full; may succeed once space is freed
-    15,  # SQLITE_PROTOCOL
-}
-_UNAVAILABLE_CODES = {
-    10,  # SQLITE_IOERR
-    14,  # SQLITE_CANTOPEN
-}
-
-
-def _describe_path(path: str) -> str:
-    if not path:
-        return ""
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        return f" (database {path!r}: directory {directory!r} does not exist)"
-    return f" (database {path!r})"
-
-
-def translate_sqlite_error(exc: sqlite3.Error, path: str = "") -> AdapterError:
-    """Return the :mod:`ackwise.errors` exception for a driver error (not raised)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
-    text = str(exc)
-    lowered = text.lower()
-    where = _describe_path(path)
-    if primary in _UNAVAILABLE_CODES or (
-        primary is None and ("unable to open" in lowered or "disk i/o" in lowered)
-    ):
-        return BrokerUnavailable(f"SQLite broker unavailable: {text}{where}")
-    if primary in _TRANSIENT_CODES or (
-        primary is None and ("locked" in lowered or "busy" in lowered)
-    ):
-        return TransientAdapterError(
-            f"SQLite database busy: {text}{where}; another process held the write lock "
-            "longer than busy_timeout"
-        )
-    return PermanentAdapterError(f"SQLite error: {text}{where}")
-
-
-@contextmanager
-def map_sqlite_errors(path: str = "") -> Iterator[None]:
-    """Re-raise every :class:`sqlite3.Error` as an :mod:`ackwise.errors` one, ``from`` it.
-
-    ``database is locked`` / busy → :class:`TransientAdapterError`; I/O errors and a database
-    that cannot be opened → :class:`BrokerUnavailable` (naming the path, and the directory when
-    it is missing); corruption and everything else → :class:`PermanentAdapterError`.
-    """
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise translate_sqlite_error(exc, path) from exc
-
-
-# -- URL -----------------------------------------------------------------------------------
-def parse_sqlite_url(url: BrokerURL) -> tuple[str, str, float]:
-    """Return ``(absolute path, synchronous pragma value, busy timeout)`` for ``url``."""
-    if url.host or url.port is not None or url.username or url.password:
-        raise InvalidBrokerURL(
-            f"broker URL {url}: a sqlite URL names a file, not a host; use "
-            "'sqlite:///relative/path.db' or 'sqlite:////absolute/path.db'"
-        )
-    unknown = sorted(set(url.query) - set(_OPTIONS))
-    if unknown:
-        raise InvalidBrokerURL(
-            f"broker URL {url}: unknown sqlite option(s) {', '.join(map(repr, unknown))}; "
-            f"accepted options: {', '.join(_OPTIONS)}"
-        )
-    sync_raw = url.query.get("synchronous", "normal")
-    synchronous = _SYNCHRONOUS.get(sync_raw.lower())
-    if synchronous is None:
-        raise InvalidBrokerURL(
-            f"broker URL {url}: synchronous={sync_raw!r} is not accepted; "
-            f"use one of: {', '.join(_SYNCHRONOUS)}"
-        )
-    timeout_raw = url.query.get("busy_timeout", "10")
-    try:
-        busy_timeout = float(timeout_raw)
-    except ValueError:
-        busy_timeout = -1.0
-    if not (0 <= busy_timeout < 86_400):
-        raise InvalidBrokerURL(
-            f"broker URL {url}: busy_timeout={timeout_raw!r} must be a number of seconds "
-            "between 0 and 86400"
-        )
-    raw_path = url.path[1:] if url.path.startswith("/") else url.path
-    if not raw_path or raw_path in (":memory:",) or raw_path.endswith("/"):
-        raise InvalidBrokerURL(
-            f"broker URL {url}: no database file; use 'sqlite:///relative/path.db' or "
-            "'sqlite:////absolute/path.db' (for an in-process broker use 'memory://')"
-        )
-    return os.path.abspath(raw_path), synchronous, busy_timeout
 
 
 def _padded(deliveries: Sequence[Delivery], size: int) -> list[int]:
@@ -405,9 +313,8 @@ class SQLiteAdapter(Adapter):
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
-        self.path, self._synchronous, self._busy_timeout = parse_sqlite_url(url)
-        self._db: sqlite3.Connection | None = None
-        self._pid = 0
+        self._file = SQLiteFile(url, what="SQLite database", setup=_set_up_schema)
+        self.path = self._file.path
         self._known_queues: set[str] = set()
 
     def __repr__(self) -> str:
@@ -415,96 +322,24 @@ class SQLiteAdapter(Adapter):
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self) -> None:
-        if self._db is not None and self._pid == os.getpid():
+        if self._file.is_open:
             return
-        if self._db is not None:  # inherited through fork(): never touch the parent's handle
-            _inherited.append(self._db)
-            self._db = None
-        directory = os.path.dirname(self.path)
-        if not os.path.isdir(directory):
-            raise BrokerUnavailable(
-                f"cannot open SQLite database {self.path!r}: directory {directory!r} does not "
-                "exist (ackwise does not create it)"
-            )
-        with map_sqlite_errors(self.path):
-            db = sqlite3.connect(
-                self.path,
-                timeout=self._busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-                cached_statements=64,
-            )
-            try:
-                self._setup(db)
-            except BaseException:
-                db.close()
-                raise
-        self._db = db
-        self._pid = os.getpid()
+        self._file.open()
         self._known_queues = set()
 
-    def _setup(self, db: sqlite3.Connection) -> None:
-        db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise PermanentAdapterError(
-                f"SQLite database {self.path!r} cannot use WAL journal mode (got {mode!r}); "
-                "several worker processes need it: use a local file system"
-            )
-        db.execute(f"PRAGMA synchronous = {self._synchronous}")
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version == SCHEMA_VERSION:
-            return
-        if version > SCHEMA_VERSION:
-            raise PermanentAdapterError(
-                f"SQLite database {self.path!r} has ackwise schema version {version}; this "
-                f"ackwise knows version {SCHEMA_VERSION}: upgrade ackwise"
-            )
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            db.rollback()
-            raise
-
     def close(self) -> None:
-        db, self._db = self._db, None
-        if db is None:
-            return
-        if self._pid != os.getpid():
-            _inherited.append(db)
-            return
-        with map_sqlite_errors(self.path):
-            db.close()
+        self._file.close()
 
     def _conn(self) -> sqlite3.Connection:
-        db = self._db
-        if db is None or self._pid != os.getpid():
+        if not self._file.is_open:
             self.open()
-            db = self._db
-            assert db is not None
-        return db
+        return self._file.open()
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction; errors mapped, rolled back on failure."""
-        db = self._conn()
-        with map_sqlite_errors(self.path):
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    try:
-                        db.rollback()
-                    except sqlite3.Error:
-                        pass
-                raise
+        if not self._file.is_open:
+            self.open()
+        return self._file.write()
 
     # -- topology --------------------------------------------------------------------------
     def declare(self, queue: QueueSpec) -> None:

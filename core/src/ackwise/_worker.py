@@ -27,7 +27,8 @@ from ackwise import _envelope
 from ackwise._backoff import Backoff
 from ackwise._execution import FAILED, Job, Result
 from ackwise._executors import Completion, Executor, PreforkExecutor, ThreadExecutor
-from ackwise._idempotency import IdempotencyStore, KeyState, open_store
+from ackwise._idempotency import IdempotencyStore, KeyState
+from ackwise._plugins import open_store
 from ackwise._semantics import (
     Ack,
     AckMessage,

@@ -6,8 +6,7 @@ This module must stay light: it names adapter classes by import path and imports
 from __future__ import annotations
 
 from ackwise._hookspecs import hookimpl
-from ackwise._locks import LockRegistry
-from ackwise._plugins import AdapterRegistry
+from ackwise._registries import AdapterRegistry, LockRegistry
 
 
 @hookimpl
