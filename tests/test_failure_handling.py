@@ -1,4 +1,4 @@
-"""DESIGN §5: retries and their backoff bounds, time limits, dead-letter tooling, bad input."""
+"""docs/failure-handling.md: retries and their backoff bounds, time limits, dead-letter tooling, bad input."""
 
 from __future__ import annotations
 

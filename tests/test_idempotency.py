@@ -1,4 +1,4 @@
-"""Idempotency keys (DESIGN §7): stores, and the worker honouring them."""
+"""Idempotency keys (docs/idempotency.md): stores, and the worker honouring them."""
 
 from __future__ import annotations
 

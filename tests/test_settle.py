@@ -1,4 +1,4 @@
-"""Every cell of the DESIGN §1 table, as decided by the one pure function ``settle``."""
+"""Every cell of the delivery table (docs/semantics.md), as decided by the one pure function ``settle``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ackwise import (
 
 E, L, R = Ack.EARLY, Ack.LATE, Ack.REJECT_ON_LOST
 
-# (row of §1, mode, outcome, kwargs, expected settlement)
+# (row of the delivery table, mode, outcome, kwargs, expected settlement)
 TABLE = [
     # when the broker is told "done"
     ("early: acked just before the body starts", E, Outcome.STARTING, {}, AckMessage()),
@@ -26,8 +26,14 @@ TABLE = [
     ("reject_on_lost: nothing at start", R, Outcome.STARTING, {}, Hold()),
     # task returns
     ("early: returns, acked before run", E, Outcome.SUCCEEDED, {}, Hold()),
-    ("late: returns -> ack", L, Outcome.SUCCEEDED, {}, AckMessage()),
-    ("reject_on_lost: returns -> ack", R, Outcome.SUCCEEDED, {}, AckMessage()),
+    ("late: returns -> ack, may share a broker call", L, Outcome.SUCCEEDED, {}, AckMessage(True)),
+    (
+        "reject_on_lost: returns -> ack, may share a broker call",
+        R,
+        Outcome.SUCCEEDED,
+        {},
+        AckMessage(batch=True),
+    ),
     # task raises, retries left
     (
         "early: retry published, original settled",
@@ -161,7 +167,7 @@ TABLE = [
         R,
         Outcome.KEY_BUSY,
         {"retry_delay": 2.0},
-        RetryMessage(2.0, original_settled=False),
+        RetryMessage(2.0, original_settled=False, counts=False),
     ),
     (
         "unknown task -> offered again later (rolling deploy)",
@@ -190,6 +196,28 @@ TABLE = [
         Outcome.REJECTED,
         {"reason": "unknown_envelope_version"},
         DeadLetterMessage("unknown_envelope_version"),
+    ),
+    # deliveries that name no task of this worker: no mode
+    (
+        "no task: corrupt record -> dead-lettered",
+        None,
+        Outcome.REJECTED,
+        {"reason": "corrupt_record"},
+        DeadLetterMessage("corrupt_record"),
+    ),
+    (
+        "no task: unknown task -> offered again later",
+        None,
+        Outcome.UNKNOWN_TASK,
+        {"attempt": 1, "max_deliveries": 3, "retry_delay": 5.0},
+        NackMessage(5.0),
+    ),
+    (
+        "no task: unknown task, last delivery -> dead-lettered",
+        None,
+        Outcome.UNKNOWN_TASK,
+        {"attempt": 3, "max_deliveries": 3, "retry_delay": 5.0},
+        DeadLetterMessage("unknown_task"),
     ),
 ]
 
@@ -226,6 +254,22 @@ def test_executor_loss_never_loops_past_max_deliveries(mode):
         decision = settle(mode, Outcome.EXECUTOR_LOST, attempt=attempt, max_deliveries=3)
         if isinstance(decision, NackMessage):
             assert mode is Ack.REJECT_ON_LOST and attempt < 3
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [o for o in Outcome if o not in (Outcome.REJECTED, Outcome.UNKNOWN_TASK, Outcome.OVER_LIMIT)],
+)
+def test_outcomes_of_a_task_need_its_mode(outcome):
+    with pytest.raises(ValueError, match="mode"):
+        settle(None, outcome, attempt=1, max_deliveries=5)
+
+
+def test_a_failure_retry_counts_and_a_busy_key_wait_does_not():
+    failed = settle(L, Outcome.FAILED, attempt=1, max_deliveries=5, retry_delay=1.0)
+    busy = settle(L, Outcome.KEY_BUSY, attempt=1, max_deliveries=5, retry_delay=1.0)
+    assert isinstance(failed, RetryMessage) and failed.counts
+    assert isinstance(busy, RetryMessage) and not busy.counts
 
 
 def test_negative_retry_delay_is_clamped():

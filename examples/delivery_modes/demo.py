@@ -6,7 +6,7 @@ For each mode (EARLY, LATE, REJECT_ON_LOST) it sends ordinary tasks and two vict
 2. kills the whole worker while it runs the second victim, and starts a new worker;
 3. stops the new worker gracefully (SIGTERM);
 
-and prints what happened to every task, checked against DESIGN §1. Exit status 0 when every
+and prints what happened to every task, checked against the delivery contract (docs/semantics.md). Exit status 0 when every
 mode kept its contract.
 """
 

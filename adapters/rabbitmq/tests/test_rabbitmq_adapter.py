@@ -325,7 +325,7 @@ def test_a_growing_window_hands_every_message_out_once(rabbitmq_url: str) -> Non
 def test_stop_receiving_gives_back_what_every_consumer_of_a_grown_window_pushed(
     rabbitmq_url: str,
 ) -> None:
-    """A graceful stop returns prefetched messages at once (DESIGN §1), also when the window
+    """A graceful stop returns prefetched messages at once (docs/semantics.md), also when the window
     grew through several consumers: each is cancelled and nothing stays pushed to it."""
     q = _queue()
     adapter = _adapter(rabbitmq_url)

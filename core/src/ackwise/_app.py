@@ -52,7 +52,7 @@ class Retry(Exception):
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """When and how soon a failed task runs again (DESIGN §5)."""
+    """When and how soon a failed task runs again (docs/failure-handling.md)."""
 
     autoretry_for: tuple[type[BaseException], ...] = ()
     dont_autoretry_for: tuple[type[BaseException], ...] = ()

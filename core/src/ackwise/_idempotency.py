@@ -1,4 +1,4 @@
-"""Idempotency keys (DESIGN §7): a redelivered or duplicated message has one effect.
+"""Idempotency keys (docs/idempotency.md): a redelivered or duplicated message has one effect.
 
 A task declared with ``idempotency_key=callable`` (or a message carrying the header
 ``idempotency_key``, as beat's fenced fires do) is claimed in a store before it runs:

@@ -1,4 +1,4 @@
-"""Leader locks for ``ackwise beat``: one leader among N processes, fenced fires (DESIGN §6).
+"""Leader locks for ``ackwise beat``: one leader among N processes, fenced fires (docs/periodic.md).
 
 A backend (:class:`LeaderLock`) keeps, per lock name, the holder's random token, a fencing
 number that rises with every acquisition (and never goes back, not even after a release),

@@ -1,14 +1,30 @@
-"""What a publish may carry, read from the broker's :class:`~ackwise.Capabilities` only."""
+"""Broker limits applied before anything runs: what a publish may carry, how a worker may be
+configured, how long its tasks may hold a delivery.  Read from the broker's
+:class:`~ackwise.Capabilities` (and the adapter's ``max_hold``) only."""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from ackwise._spi import Capabilities
-from ackwise.errors import InvalidSchedule, MessageTooLarge
+from ackwise._spi import Adapter, Capabilities, LeaseExtension
+from ackwise.errors import ConfigurationError, InvalidSchedule, MessageTooLarge
 
-__all__ = ["check_publish", "schedule_delay"]
+if TYPE_CHECKING:
+    from ackwise._app import App, Task
+
+__all__ = [
+    "POOLS",
+    "WorkerConfig",
+    "check_hold_limit",
+    "check_publish",
+    "max_auto_prefetch",
+    "schedule_delay",
+]
 
 
 def schedule_delay(
@@ -53,3 +69,114 @@ def check_publish(what: str, caps: Capabilities, scheme: str, body: bytes, delay
             f"{what}: a delay of {delay:.3f}s is more than the broker "
             f"({scheme}) can hold (max_delay={caps.max_delay}); nothing was published"
         )
+
+
+# -- worker configuration ------------------------------------------------------------------
+POOLS = ("prefork", "threads", "solo")
+
+
+def max_auto_prefetch(concurrency: int) -> int:
+    """The most messages an automatic prefetch holds: 64, or 4 x concurrency if more."""
+    return max(4 * concurrency, 64)
+
+
+@dataclass
+class WorkerConfig:
+    """Settings of one worker process; checked by :meth:`validate`."""
+
+    queues: Sequence[str] = ()
+    concurrency: int = 0  # 0: number of CPUs (prefork / threads), 1 for solo
+    pool: str = "prefork"
+    #: Messages held at once, running included.  0: 4 x concurrency; on an adapter with
+    #: ``deep_prefetch`` (RabbitMQ) raised while tasks are short (see :data:`PREFETCH_HOLD`),
+    #: up to :func:`max_auto_prefetch`.
+    prefetch: int = 0
+    prefetch_auto: bool = False  # set by validate() when prefetch was 0
+    lease: float = 30.0
+    grace: float = 30.0
+    #: How long one idle receive may block (also bounds the reaction to a stop request).
+    poll: float = 1.0
+    app_path: str | None = None
+    #: A message naming an unknown task is offered again after this delay (a rolling deploy
+    #: may bring the task), up to ``unknown_task_deliveries`` deliveries, then dead-lettered.
+    unknown_task_delay: float = 5.0
+    unknown_task_deliveries: int = 3
+    #: Give up (exit with an error) when the broker stays unreachable this long.
+    broker_timeout: float = 60.0
+
+    def validate(self, app: App, adapter_cls: type[Adapter]) -> None:
+        if self.pool not in POOLS:
+            raise ConfigurationError(f"--pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
+        if self.pool == "solo":
+            if self.concurrency not in (0, 1):
+                raise ConfigurationError("--pool solo runs one task at a time; drop -c")
+            self.concurrency = 1
+        if self.concurrency == 0:
+            self.concurrency = os.cpu_count() or 1
+        if self.concurrency < 1:
+            raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.prefetch == 0:
+            self.prefetch = 4 * self.concurrency
+            self.prefetch_auto = adapter_cls.deep_prefetch
+        if self.prefetch < 1:
+            raise ConfigurationError(f"--prefetch must be >= 1, got {self.prefetch}")
+        if not self.lease > 0:
+            raise ConfigurationError(f"--lease must be > 0 seconds, got {self.lease}")
+        if self.grace < 0:
+            raise ConfigurationError(f"--grace must be >= 0 seconds, got {self.grace}")
+        caps = adapter_cls.capabilities
+        if caps.max_lease is not None and self.lease > caps.max_lease:
+            raise ConfigurationError(
+                f"--lease {self.lease}s is longer than the broker allows ({caps.max_lease}s)"
+            )
+        if self.unknown_task_delay < 0 or self.unknown_task_deliveries < 1:
+            raise ConfigurationError(
+                "unknown_task_delay must be >= 0 and unknown_task_deliveries >= 1"
+            )
+        if not self.broker_timeout > 0:
+            raise ConfigurationError(f"--broker-timeout must be > 0, got {self.broker_timeout}")
+        keyed = sorted(t.name for t in app.tasks.values() if t.idempotency_key is not None)
+        if keyed and app.idempotency_store_url is None:
+            raise ConfigurationError(
+                f"tasks {keyed} have an idempotency_key but broker {app.broker} has no "
+                "idempotency store: set App(idempotency_store='sqlite:///…' or "
+                "'postgresql://…')"
+            )
+        hard = sorted(t.name for t in app.tasks.values() if t.time_limit is not None)
+        if hard and self.pool != "prefork":
+            raise ConfigurationError(
+                f"tasks {hard} have a hard time_limit, which only the prefork pool can enforce "
+                f"(a thread cannot be killed); use --pool prefork, or give them only a "
+                "soft_time_limit"
+            )
+        if caps.lease_extension is LeaseExtension.NONE:
+            long = [
+                t.name
+                for t in app.tasks.values()
+                if t.time_limit is None or t.time_limit > self.lease
+            ]
+            if long:
+                raise ConfigurationError(
+                    f"the broker cannot extend leases and tasks {long} may run longer than "
+                    f"--lease {self.lease}s: give them a time_limit within the lease"
+                )
+        if self.pool == "prefork" and not self.app_path:
+            raise ConfigurationError(
+                "--pool prefork needs the app's import path ('module:app') to start children; "
+                "use the threads pool for an App object without one"
+            )
+        self.queues = list(self.queues) or app.queues()
+
+
+def check_hold_limit(tasks: Sequence[Task[..., Any]], limit: float) -> list[str]:
+    """Refuse tasks that may run longer than the broker lets a delivery stay unsettled
+    (``limit`` seconds); return the names of those without a time limit (to log)."""
+    long = sorted(t.name for t in tasks if t.time_limit is not None and t.time_limit > limit)
+    if long:
+        raise ConfigurationError(
+            f"tasks {long} have a time_limit longer than the broker lets a delivery stay "
+            f"unacknowledged ({limit:.0f}s, RabbitMQ's consumer_timeout): the broker would "
+            "take the message back mid-run; lower the time_limit or raise the broker's "
+            "consumer_timeout (and say it in the URL)"
+        )
+    return sorted(t.name for t in tasks if t.time_limit is None)

@@ -1,8 +1,8 @@
-"""The delivery-semantics contract (DESIGN §1) as one pure function.
+"""The delivery-semantics contract (docs/semantics.md) as one pure function.
 
 :func:`settle` maps (mode, what happened, the delivery's count) to what the worker must tell the
 broker.  No adapter and no other module decides this; the worker only carries out the
-:data:`Settlement` it returns.  ``tests/test_settle.py`` checks every cell of the §1 table.
+:data:`Settlement` it returns.  ``tests/test_settle.py`` checks every cell of the table.
 """
 
 from __future__ import annotations
@@ -69,7 +69,13 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class AckMessage:
-    """Remove the message for good."""
+    """Remove the message for good.
+
+    ``batch``: the ack may wait a moment to share one broker call with others (a success's
+    late ack: a crash in that window redelivers, which at-least-once allows).
+    """
+
+    batch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +90,13 @@ class RetryMessage:
     """Publish the task again after ``delay`` (same id, history extended).
 
     When ``original_settled`` is false the original is acked after the retry is published
-    (that order can duplicate, never lose).
+    (that order can duplicate, never lose).  ``counts``: the retry uses up one of the task's
+    ``max_retries`` (a failure's does; a wait for a busy idempotency key does not).
     """
 
     delay: float
     original_settled: bool
+    counts: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +118,19 @@ class LostMessage:
     reason: str
 
 
+#: Outcomes of deliveries that may name no task of this worker (``settle(None, ...)``).
+_WITHOUT_TASK = frozenset({Outcome.REJECTED, Outcome.UNKNOWN_TASK, Outcome.OVER_LIMIT})
+
 Settlement = Hold | AckMessage | NackMessage | RetryMessage | DeadLetterMessage | LostMessage
 
 _HOLD = Hold()
 _ACK = AckMessage()
+_ACK_BATCHED = AckMessage(batch=True)
 _NACK_NOW = NackMessage(0.0)
 
 
 def settle(
-    mode: Ack,
+    mode: Ack | None,
     outcome: Outcome,
     *,
     attempt: int,
@@ -128,7 +140,8 @@ def settle(
 ) -> Settlement:
     """Decide what to tell the broker about one delivery.
 
-    :param mode: the task's delivery mode.
+    :param mode: the task's delivery mode; ``None`` for a delivery that names no task this
+        worker has (``REJECTED``, ``UNKNOWN_TASK``, ``OVER_LIMIT`` only).
     :param outcome: what happened.
     :param attempt: the delivery count of this delivery (1 for the first delivery).
     :param max_deliveries: bound on deliveries of one message; crash loops end there.
@@ -138,11 +151,13 @@ def settle(
     :param reason: for ``REJECTED``: why (``decode_error``, ``unknown_task``, …); for
         ``EXECUTOR_LOST``: the cause (``worker_lost`` by default, or ``time_limit``).
     """
+    if mode is None and outcome not in _WITHOUT_TASK:
+        raise ValueError(f"{outcome!r} needs the task's mode")
     early = mode is Ack.EARLY
     if outcome is Outcome.STARTING:
         return _ACK if early else _HOLD
     if outcome is Outcome.SUCCEEDED:
-        return _HOLD if early else _ACK
+        return _HOLD if early else _ACK_BATCHED
     if outcome is Outcome.FAILED:
         if retry_delay is not None:
             return RetryMessage(max(0.0, retry_delay), original_settled=early)
@@ -171,7 +186,7 @@ def settle(
         return _ACK
     if outcome is Outcome.KEY_BUSY:
         # Checked again later, as a new message: waiting must not use up max_deliveries.
-        return RetryMessage(max(0.0, retry_delay or 0.0), original_settled=False)
+        return RetryMessage(max(0.0, retry_delay or 0.0), original_settled=False, counts=False)
     if outcome is Outcome.ABANDONED:
         # Cold stop: early messages were acked before they started (lost with the task);
         # late ones come back when the lease expires or the connection closes.

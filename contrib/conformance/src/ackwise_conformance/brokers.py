@@ -1,6 +1,6 @@
 """Brokers for the conformance suite: found, or started on free ports, and cleaned up.
 
-:func:`provide` resolves a broker name in this order (DESIGN §9):
+:func:`provide` resolves a broker name in this order (docs/adapter-authors.md):
 
 1. an explicit URL in ``ACKWISE_TEST_<NAME>_URL`` (``ACKWISE_TEST_REDIS_URL``, ...): used as
    it is, never restarted nor stopped by the suite;

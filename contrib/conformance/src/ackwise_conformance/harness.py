@@ -359,7 +359,7 @@ class Harness:
         os.environ["ACKWISE_CONFORMANCE_JOURNAL"] = str(self.journal.path)
         os.environ["ACKWISE_CONFORMANCE_GATES"] = str(self.gates)
         # A broker without an idempotency store of its own (SQS) keeps the case's keys in a
-        # SQLite file: what its users configure (App(idempotency_store=…), DESIGN §7).
+        # SQLite file: what its users configure (App(idempotency_store=…), docs/idempotency.md).
         store: str | None = None
         if get_plugins().adapters.idempotency_store(BrokerURL.parse(broker.url).scheme) is None:
             store = f"sqlite:///{workdir / 'idempotency.db'}"

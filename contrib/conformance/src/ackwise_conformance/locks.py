@@ -1,4 +1,4 @@
-"""The leader-lock contract as a pytest base class (DESIGN §6), for every lock backend.
+"""The leader-lock contract as a pytest base class (docs/periodic.md), for every lock backend.
 
 A lock backend author subclasses :class:`LeaderLockConformance` and overrides ``lock_url``::
 

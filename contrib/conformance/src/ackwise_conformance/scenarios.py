@@ -1,7 +1,7 @@
-"""The crash-scenario catalogue (CONFORMANCE.md), one function per scenario.
+"""The crash-scenario catalogue, one function per scenario (ids C01-C24, B01-B04).
 
 Each scenario drives a :class:`~ackwise_conformance.harness.Harness` for one delivery mode and
-raises :class:`ScenarioFailed` when the adapter breaks the contract of DESIGN §1,
+raises :class:`ScenarioFailed` when the adapter breaks the delivery contract (docs/semantics.md),
 :class:`NotApplicable` when the adapter cannot express it (naming the missing capability) and
 :class:`Pending` when it needs a part of ackwise that is not built yet.
 """
@@ -789,7 +789,7 @@ def c24(h: Harness) -> None:
 
 
 # -- beat --------------------------------------------------------------------------------------
-#: Ticks every beat scenario observes at least (CONFORMANCE.md: "at least 60 scheduled ticks").
+#: Ticks every beat scenario observes at least (docs/periodic.md: at least 60 scheduled ticks).
 BEAT_TICKS = 60
 
 
@@ -870,7 +870,7 @@ def _check_fires(
     """Every tick from the first fire to the last fired once; at least ``ticks`` of them.
 
     :param may_lose: ticks that may be missing (fires are at most once: a claim whose answer a
-        fault swallowed is never published; CONFORMANCE bounds the gap, not the count).
+        fault swallowed is never published; the catalogue bounds the gap, not the count).
     """
     timing = _beat_timing(h)
     keys = [f.key for f in fires]

@@ -1,0 +1,46 @@
+"""What a worker holds (a delivery with its task, buffered or running) and what it counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ackwise import _envelope
+from ackwise._spi import Delivery
+
+if TYPE_CHECKING:
+    from ackwise._app import Task
+
+__all__ = ["Held", "WorkerCounters"]
+
+
+@dataclass(slots=True)
+class Held:
+    """A delivery this worker holds: buffered or running."""
+
+    delivery: Delivery
+    task: Task[..., Any]
+    envelope: _envelope.Envelope
+    job_id: int
+    started: float = 0.0
+    lease_lost: bool = False
+    #: Acked before it started (``Ack.EARLY``): the broker has forgotten it, so it has no
+    #: lease to renew and its receipt settles nothing.
+    acked: bool = False
+    #: The idempotency key this execution holds in the store (``None``: no key).
+    idem_key: str | None = None
+
+
+@dataclass
+class WorkerCounters:
+    received: int = 0
+    started: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    lost: int = 0
+    returned: int = 0
+    stale: int = 0
+    extended: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)

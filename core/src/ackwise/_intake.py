@@ -1,0 +1,111 @@
+"""Turning a delivery into a task to run, or settling it at once when it cannot run.
+
+Nothing one delivery holds may stop the worker: a record the adapter found malformed, a body
+that is not bytes, or any error while turning it into a task dead-letters that delivery (the
+body kept as it is) and the worker goes on.  Broker errors still reach the loop, which
+reconnects.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import TYPE_CHECKING
+
+from ackwise import _envelope
+from ackwise._held import Held
+from ackwise._semantics import NackMessage, Outcome, settle
+from ackwise._settlement import Settler
+from ackwise._spi import Delivery
+from ackwise.errors import AdapterError, EnvelopeError, UnknownEnvelopeVersion
+
+if TYPE_CHECKING:
+    from ackwise._app import App
+    from ackwise._policy import WorkerConfig
+
+__all__ = ["Intake"]
+
+log = logging.getLogger("ackwise._worker")
+
+
+class Intake:
+    """Decodes deliveries for a worker of ``app``; what cannot run goes to ``settler``."""
+
+    def __init__(self, app: App, config: WorkerConfig, settler: Settler) -> None:
+        self.app = app
+        self.config = config
+        self.settler = settler
+        self._job_ids = itertools.count(1)
+
+    def accept(self, d: Delivery) -> Held | None:
+        """The delivery as a task to run, or ``None`` when it was settled here."""
+        self.settler.counters.received += 1
+        try:
+            return self._classify(d)
+        except AdapterError:
+            raise
+        except Exception as exc:
+            log.error(
+                "message %s on %s dead-lettered (decode_error): turning it into a task raised "
+                "%s: %s",
+                d.message_id,
+                d.queue,
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
+            self.settler.reject(d, "decode_error", f"{type(exc).__name__}: {exc}", log_it=False)
+            return None
+
+    def _classify(self, d: Delivery) -> Held | None:
+        if d.corrupt is not None:
+            self.settler.reject(d, "corrupt_record", d.corrupt)
+            return None
+        if not isinstance(d.body, bytes):
+            detail = f"the adapter delivered a {type(d.body).__name__} body, not bytes"
+            self.settler.reject(d, "corrupt_record", detail)
+            return None
+        try:
+            env = _envelope.decode(d.body)
+        except UnknownEnvelopeVersion as exc:
+            self.settler.reject(d, "unknown_envelope_version", str(exc))
+            return None
+        except EnvelopeError as exc:
+            self.settler.reject(d, "decode_error", str(exc))
+            return None
+        task = self.app.tasks.get(env.task)
+        if task is None:
+            cfg = self.config
+            decision = settle(
+                None,
+                Outcome.UNKNOWN_TASK,
+                attempt=d.attempt,
+                max_deliveries=cfg.unknown_task_deliveries,
+                retry_delay=cfg.unknown_task_delay,
+            )
+            detail = f"no task named {env.task!r} is registered in app {self.app.name!r}"
+            if isinstance(decision, NackMessage):
+                log.warning(
+                    "message %s on %s: %s; offered again in %.1fs (delivery %d of %d)",
+                    d.message_id,
+                    d.queue,
+                    detail,
+                    cfg.unknown_task_delay,
+                    d.attempt,
+                    cfg.unknown_task_deliveries,
+                )
+            else:
+                log.error(
+                    "message %s on %s dead-lettered (unknown_task): %s after %d deliveries",
+                    d.message_id,
+                    d.queue,
+                    detail,
+                    d.attempt,
+                )
+            self.settler.carry_out(decision, d, env.task, env, label="unknown_task", error=detail)
+            return None
+        held = Held(d, task, env, next(self._job_ids))
+        if d.attempt > task.max_deliveries:
+            self.settler.settle_held(held, Outcome.OVER_LIMIT, label="max_deliveries")
+            return None
+        return held

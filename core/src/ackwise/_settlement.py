@@ -1,0 +1,339 @@
+"""Carrying out what :func:`settle` decided: the only module that settles with the broker.
+
+:class:`Settler` turns each :data:`Settlement` into adapter calls (``ack_before_start``,
+``ack``, ``nack``, ``publish`` of a retry, ``dead_letter`` / ``publish_dead``), keeps the late
+acks of successes that wait to share one broker call, writes the attempt history a retry or
+a dead letter carries, reports stale receipts and emits the events of all of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import msgspec
+
+from ackwise import _envelope
+from ackwise._events import DeadLettered, Events, Lost, Retried, Returned, Stale
+from ackwise._execution import Result
+from ackwise._held import Held, WorkerCounters
+from ackwise._semantics import (
+    AckMessage,
+    DeadLetterMessage,
+    Hold,
+    LostMessage,
+    NackMessage,
+    Outcome,
+    RetryMessage,
+    Settlement,
+    settle,
+)
+from ackwise._spi import Adapter, Delivery, Outgoing
+from ackwise.errors import StaleReceipt, TransientAdapterError
+
+__all__ = ["ACK_BATCH", "ACK_DELAY", "ACK_DELAY_BATCHED", "Settler", "whole_batches"]
+
+log = logging.getLogger("ackwise._worker")
+
+#: Late acks of successful tasks are sent together: at most this many, or this many seconds old.
+ACK_BATCH = 64
+ACK_DELAY = 0.005
+#: ... on a broker with a per-request limit (Capabilities.max_batch: SQS), where every request
+#: is a round trip (and billed): acks wait longer to fill whole requests while tasks keep
+#: finishing.  They still go at once when nothing runs.
+ACK_DELAY_BATCHED = 0.05
+
+_OPERATION = {AckMessage: "ack", NackMessage: "nack", RetryMessage: "ack"}
+
+
+def whole_batches(n: int, batch: int) -> int:
+    """``n`` rounded down to whole broker requests of ``batch`` (``n`` itself below one)."""
+    return n if n < batch else n - n % batch
+
+
+class Settler:
+    """Settles deliveries with ``adapter`` for one worker.
+
+    :param batch: messages per broker request (``Capabilities.max_batch``, else 1): late acks
+        are sent in whole requests.
+    """
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        events: Events,
+        counters: WorkerCounters,
+        worker_id: str,
+        *,
+        batch: int = 1,
+    ) -> None:
+        self.adapter = adapter
+        self.events = events
+        self.counters = counters
+        self.worker_id = worker_id
+        self.batch = batch
+        self.ack_delay = ACK_DELAY if batch == 1 else ACK_DELAY_BATCHED
+        #: Successes' late acks not sent yet, and when they are due at the latest.
+        self.pending: list[Delivery] = []
+        self.due = 0.0
+
+    # -- settlements -----------------------------------------------------------------------
+    def carry_out(
+        self,
+        decision: Settlement,
+        d: Delivery,
+        task: str | None,
+        env: _envelope.Envelope | None,
+        *,
+        label: str,
+        error: str | None = None,
+        traceback: str | None = None,
+    ) -> None:
+        """Do what ``decision`` says about ``d``; ``label`` names the outcome in events."""
+        try:
+            if isinstance(decision, AckMessage):
+                if decision.batch:
+                    self._queue_ack(d)
+                else:
+                    self.adapter.ack([d])
+            elif isinstance(decision, NackMessage):
+                self.adapter.nack(d, delay=decision.delay)
+                self.counters.returned += 1
+                self.events.emit(Returned(task, *_where(d), reason=label, delay=decision.delay))
+            elif isinstance(decision, RetryMessage):
+                assert env is not None, "a retry republishes the envelope"
+                self._retry(decision, d, task, env, error, traceback)
+            elif isinstance(decision, DeadLetterMessage):
+                self._dead_letter(decision, d, task, env, error or label, traceback)
+            elif isinstance(decision, LostMessage):
+                self.counters.lost += 1
+                log.warning(
+                    "task %s message %s lost (%s): it was acked before it started (Ack.EARLY)",
+                    task,
+                    d.message_id,
+                    decision.reason,
+                )
+                self.events.emit(Lost(task, *_where(d), reason=decision.reason))
+            else:
+                assert isinstance(decision, Hold)
+        except StaleReceipt as exc:
+            self.report_stale(exc, _OPERATION.get(type(decision), type(decision).__name__))
+
+    def settle_held(
+        self,
+        h: Held,
+        outcome: Outcome,
+        *,
+        label: str,
+        error: Result | None = None,
+        retry_delay: float | None = None,
+        reason: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Ask :func:`settle` about a held delivery and have its answer carried out."""
+        decision = settle(
+            h.task.ack,
+            outcome,
+            attempt=h.delivery.attempt,
+            max_deliveries=h.task.max_deliveries,
+            retry_delay=retry_delay,
+            reason=reason,
+        )
+        self.carry_out(
+            decision,
+            h.delivery,
+            h.task.name,
+            h.envelope,
+            label=label,
+            error=error.error if error else detail,
+            traceback=error.traceback if error else None,
+        )
+
+    def ack_starting(self, batch: Sequence[Held]) -> tuple[set[int], set[int]]:
+        """Ack what :func:`settle` says to ack as ``batch`` starts (at most once).
+
+        Returns the ids of the deliveries acked and of those whose receipt was stale.
+        """
+        early = [
+            h.delivery
+            for h in batch
+            if isinstance(
+                settle(
+                    h.task.ack,
+                    Outcome.STARTING,
+                    attempt=h.delivery.attempt,
+                    max_deliveries=h.task.max_deliveries,
+                ),
+                AckMessage,
+            )
+        ]
+        stale = self.ack_before_start(early)
+        return {id(d) for d in early}, stale
+
+    def reject(
+        self,
+        d: Delivery,
+        reason: str,
+        detail: str,
+        env: _envelope.Envelope | None = None,
+        *,
+        log_it: bool = True,
+    ) -> None:
+        """Dead-letter a delivery that cannot become a task (the body kept as it is)."""
+        if log_it:
+            log.error(
+                "message %s on %s dead-lettered (%s): %s", d.message_id, d.queue, reason, detail
+            )
+        decision = settle(
+            None, Outcome.REJECTED, attempt=d.attempt, max_deliveries=1, reason=reason
+        )
+        self.carry_out(decision, d, None, env, label=reason, error=detail)
+
+    def ack_before_start(self, deliveries: Sequence[Delivery]) -> set[int]:
+        """Early-ack ``deliveries`` (at most once); return the ids of the stale ones."""
+        if not deliveries:
+            return set()
+        try:
+            self.adapter.ack_before_start(deliveries)
+        except StaleReceipt as exc:
+            self.report_stale(exc, "early ack")
+            return {id(d) for d in exc.deliveries}
+        return set()
+
+    def _retry(
+        self,
+        decision: RetryMessage,
+        d: Delivery,
+        task: str | None,
+        env: _envelope.Envelope,
+        error: str | None,
+        traceback: str | None,
+    ) -> None:
+        # A failure's retry is recorded as "retry" (it counts against max_retries); a wait
+        # for a busy idempotency key as "key_busy" (it does not).
+        new = self._annotated(env, d, "retry" if decision.counts else "key_busy", error, traceback)
+        new.eta = time.time() + decision.delay if decision.delay else None
+        # Publish first, then settle the original: a crash in between duplicates, never loses.
+        self.adapter.publish(d.queue, [Outgoing(env.id, _envelope.encode(new), decision.delay)])
+        if decision.counts:
+            self.counters.retried += 1
+            self.events.emit(Retried(task, *_where(d), delay=decision.delay))
+        else:
+            self.events.emit(
+                Returned(task, *_where(d), reason="idempotency_busy", delay=decision.delay)
+            )
+        if not decision.original_settled:
+            self.adapter.ack([d])
+
+    def _dead_letter(
+        self,
+        decision: DeadLetterMessage,
+        d: Delivery,
+        task: str | None,
+        env: _envelope.Envelope | None,
+        error: str | None,
+        traceback: str | None,
+    ) -> None:
+        body = None
+        if env is not None:
+            body = _envelope.encode(self._annotated(env, d, decision.reason, error, traceback))
+        try:
+            if decision.original_settled:
+                self.adapter.publish_dead(
+                    d.queue, [Outgoing(d.message_id, body or d.body)], reason=decision.reason
+                )
+            else:
+                self.adapter.dead_letter(d, reason=decision.reason, body=body)
+        except StaleReceipt as exc:  # the lease moved on: the message is another's now
+            self.report_stale(exc, "dead_letter")
+            return
+        self.counters.dead_lettered += 1
+        by_reason = self.counters.by_reason
+        by_reason[decision.reason] = by_reason.get(decision.reason, 0) + 1
+        name = task if task is not None else (env.task if env is not None else None)
+        self.events.emit(DeadLettered(name, *_where(d), reason=decision.reason, error=error))
+
+    def _annotated(
+        self,
+        env: _envelope.Envelope,
+        d: Delivery,
+        outcome: str,
+        error: str | None,
+        traceback: str | None,
+    ) -> _envelope.Envelope:
+        attempt = _envelope.Attempt(
+            attempt=d.attempt,
+            at=time.time(),
+            outcome=outcome,
+            error=error,
+            traceback=traceback,
+            worker=self.worker_id,
+        )
+        return msgspec.structs.replace(env, history=[*env.history, attempt])
+
+    # -- late acks of successes, batched ---------------------------------------------------
+    def _queue_ack(self, d: Delivery) -> None:
+        if not self.pending:
+            self.due = time.monotonic() + self.ack_delay
+        self.pending.append(d)
+
+    def flush(self, keep: int = 0) -> None:
+        """Send the pending late acks but the last ``keep``, which stay pending."""
+        if not self.pending:
+            return
+        cut = len(self.pending) - keep
+        batch = self.pending[:cut]
+        del self.pending[:cut]
+        try:
+            self.adapter.ack(batch)
+        except StaleReceipt as exc:
+            self.report_stale(exc, "ack")
+        except TransientAdapterError:
+            self.pending[:0] = batch  # settle them after reconnecting
+            raise
+
+    def flush_due(self, now: float, *, at_once: bool, budget: int) -> None:
+        """Send pending acks that are due: all when old enough or ``at_once`` (nothing runs, a stop is under way); else whole
+        broker requests once they hold half the ``budget``.
+
+        Unsent acks still hold their slots in a broker's window (RabbitMQ's ``basic.qos``)
+        and are messages that may still run again: they never wait past that.
+        """
+        if not self.pending:
+            return
+        if now >= self.due or at_once:
+            self.flush()
+            return
+        n = len(self.pending)
+        if n >= whole_batches(max(1, min(ACK_BATCH, budget // 2)), self.batch):
+            # Whole requests where one is full; the rest waits for more (or its delay).
+            self.flush(keep=n - whole_batches(n, self.batch))
+            if self.pending:
+                self.due = now + self.ack_delay
+
+    # -- reports ---------------------------------------------------------------------------
+    def report_stale(self, exc: StaleReceipt, operation: str) -> None:
+        self.counters.stale += len(exc.deliveries)
+        # An early ack asked again after a broker error may have gone through the first time
+        # (the answer was lost): the broker cannot always tell that from a lease gone.
+        why = (
+            "its lease had expired (it may run again elsewhere), or an earlier try whose "
+            "answer was lost went through; not run here (at most once)"
+            if operation == "early ack"
+            else "its lease had expired and it may run again elsewhere; nothing was changed"
+        )
+        for d in exc.deliveries:
+            log.warning(
+                "stale receipt on %s of message %s (queue %s, attempt %d): %s",
+                operation,
+                d.message_id,
+                d.queue,
+                d.attempt,
+                why,
+            )
+            self.events.emit(Stale(None, *_where(d), operation=operation))
+
+
+def _where(d: Delivery) -> tuple[str, str, int]:
+    return d.message_id, d.queue, d.attempt

@@ -1,0 +1,32 @@
+"""The import-linter layers name every core module, so a new one cannot slip past them."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_core_module_stands_in_a_layer() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c["layers"] for c in config["contracts"] if c["type"] == "layers"]
+    layered = {m.strip() for layer in layers for m in layer.split("|")}
+    modules = {p.stem for p in (ROOT / "core/src/ackwise").glob("*.py")} - {"__init__"}
+    assert modules - layered == set(), "core modules in no layer of pyproject.toml"
+    assert layered - modules == set(), "layers name modules that do not exist"
+
+
+def test_adapters_are_forbidden_every_private_core_module() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (forbidden,) = [
+        c["forbidden_modules"]
+        for c in config["contracts"]
+        if c["type"] == "forbidden" and "ackwise_redis" in c["source_modules"]
+    ]
+    private = {
+        f"ackwise.{p.stem}"
+        for p in (ROOT / "core/src/ackwise").glob("_*.py")
+        if not p.stem.startswith("__")
+    }
+    assert private - set(forbidden) == set()
