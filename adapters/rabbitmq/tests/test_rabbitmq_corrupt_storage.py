@@ -254,7 +254,7 @@ def test_an_annotated_dead_letter_over_the_size_limit_keeps_the_delivered_body(
     # Defect: dead_letter published the annotated body unchecked: past the broker's limit the
     # broker closes the publishing channel, the delivery stays unsettled until the connection
     # goes, and every redelivery ends the same way.  (The limit is lowered for the test.)
-    import ackwise_rabbitmq._adapter as module
+    import ackwise_rabbitmq._messages as module  # where the dead letter's body is chosen
     from ackwise import Outgoing
 
     monkeypatch.setattr(module, "MAX_MESSAGE_SIZE", 1000)

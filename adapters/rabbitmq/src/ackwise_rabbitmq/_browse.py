@@ -1,0 +1,179 @@
+"""Inspection: a queue's stats, listing queues, and browsing, replaying and deleting its dead
+letters; purging.
+
+See the adapter's overview (:mod:`ackwise_rabbitmq._adapter`): **Stats**, **Dead letters**.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from pika.adapters.blocking_connection import BlockingChannel
+
+from ackwise import DeadLetter, QueueStats
+from ackwise.errors import QueueNotFound, UnsupportedCapability
+from ackwise_rabbitmq._consume import _Consuming
+from ackwise_rabbitmq._messages import _dead_letter_of
+from ackwise_rabbitmq._topology import DELAY_TIERS
+
+# The adapter's one logger, named as before it was split into modules.
+log = logging.getLogger("ackwise_rabbitmq._adapter")
+
+
+class _Browsing(_Consuming):
+    """Counts (``queue.declare`` passive, the management API), dead-letter queue reads."""
+
+    # -- inspection ------------------------------------------------------------------------
+    def _counts(self, queue: str) -> tuple[int, int, int]:
+        ready = self._exists(queue)
+        if ready is None:
+            raise QueueNotFound(f"{self.settings.where}: queue {queue!r} does not exist")
+        delayed = 0
+        for k in range(DELAY_TIERS):
+            delayed += self._exists(self._aux(queue, f"wait.{k}")) or 0
+        dead = self._exists(self._aux(queue, "dead")) or 0
+        return ready, delayed, dead
+
+    def stats(self, queue: str) -> QueueStats:
+        self._check_name(queue)
+        started = time.monotonic()
+        ready, delayed, dead = self._call(lambda: self._counts(queue))
+        with self._lock:
+            mine = sum(1 for q in self._unacked.values() if q == queue)
+            # Pushed to this adapter's consumer but handed to no one: ready as far as ackwise
+            # is concerned (they go back to the queue at a graceful stop); the broker, and
+            # so any other process, counts them unacknowledged.
+            pushed = len(self._inbox.get(queue, ()))
+        info = None
+        if self.settings.management:
+            # Totals at least as new as this call began (see the URL's management_lag).
+            time.sleep(max(0.0, started + self.settings.management_lag - time.monotonic()))
+            info = self._queue_totals(queue)
+        if info is not None and "messages_unacknowledged" in info:
+            # Queue totals come from the queue itself (quorum queues: as of their last tick,
+            # a fraction of a second).  A message counted there but no longer ready now has
+            # been delivered since: count it in flight, so that lag errs towards "still in
+            # flight", never towards "settled".
+            unacked = int(info.get("messages_unacknowledged") or 0)
+            total = int(info.get("messages") or 0)
+            in_flight = max(unacked - pushed, total - ready - pushed, mine)
+        else:
+            in_flight = mine
+        return QueueStats(queue, ready + pushed, delayed, max(0, in_flight), dead, 0.0)
+
+    def _queue_totals(self, queue: str) -> dict[str, Any] | None:
+        """The queue's live totals from the management API (not its sampled statistics)."""
+        vhost = urllib.parse.quote(self.settings.vhost, safe="")
+        name = urllib.parse.quote(queue, safe="")
+        found = self._management(
+            f"/api/queues/{vhost}?name={name}&use_regex=false&disable_stats=true"
+            "&enable_queue_totals=true&columns=name,messages,messages_ready,"
+            "messages_unacknowledged"
+        )
+        items = found.get("items", []) if isinstance(found, dict) else found or []
+        for item in items:
+            if item.get("name") == queue:
+                return dict(item)
+        return None
+
+    def _management(self, path: str) -> Any:
+        base = self.settings.management
+        if not base:
+            return None
+        request = urllib.request.Request(base.rstrip("/") + path)
+        token = base64.b64encode(
+            f"{self.settings.username}:{self.settings.password}".encode()
+        ).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.settings.connection_timeout) as r:
+                return json.loads(r.read())
+        except Exception as exc:  # the management API is optional: report, do not fail
+            log.warning("RabbitMQ management API at %s: %s", base, exc)
+            return None
+
+    def queues(self) -> Sequence[str]:
+        vhost = urllib.parse.quote(self.settings.vhost, safe="")
+        info = self._management(f"/api/queues/{vhost}?columns=name")
+        if info is None:
+            raise UnsupportedCapability(
+                self.name, "listing queues", "needs the management API (?management=http://…)"
+            )
+        prefix = self.settings.prefix + "."
+        return sorted(q["name"] for q in info if not q["name"].startswith(prefix))
+
+    def _read_dead(
+        self, ch: BlockingChannel, queue: str, limit: int | None
+    ) -> list[tuple[int, DeadLetter]]:
+        out: list[tuple[int, DeadLetter]] = []
+        dead = self._aux(queue, "dead")
+        while limit is None or len(out) < limit:
+            method, props, body = ch.basic_get(dead, auto_ack=False)
+            if method is None:
+                break
+            out.append((method.delivery_tag, _dead_letter_of(queue, props, body)))
+        return out
+
+    def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
+        self._check_name(queue)
+
+        def run() -> list[DeadLetter]:
+            with self._temp_channel() as ch:
+                return [d for _, d in self._read_dead(ch, queue, limit)]
+
+        return self._call(run, timeout=120.0)
+
+    def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        self._check_name(queue)
+        wanted = set(message_ids)
+
+        def run() -> int:
+            with self._temp_channel() as ch:
+                moved = 0
+                for tag, d in self._read_dead(ch, queue, None):
+                    if d.message_id not in wanted:
+                        continue
+                    # Confirmed on the queue first, then removed from the dead letters.
+                    self._publish_now([("", queue, d.body, self._properties(d.message_id))])
+                    ch.basic_ack(tag)
+                    moved += 1
+                return moved
+
+        return self._call(run, timeout=300.0)
+
+    def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
+        self._check_name(queue)
+        dead = self._aux(queue, "dead")
+        if message_ids is None:
+            return self._call(lambda: int(self._admin().queue_purge(dead).method.message_count))
+        wanted = set(message_ids)
+
+        def run() -> int:
+            with self._temp_channel() as ch:
+                gone = 0
+                for tag, d in self._read_dead(ch, queue, None):
+                    if d.message_id in wanted:
+                        ch.basic_ack(tag)
+                        gone += 1
+                return gone
+
+        return self._call(run, timeout=300.0)
+
+    def purge(self, queue: str) -> int:
+        self._check_name(queue)
+
+        def run() -> int:
+            ch = self._admin()
+            total = int(ch.queue_purge(queue).method.message_count)
+            for k in range(DELAY_TIERS):
+                total += int(ch.queue_purge(self._aux(queue, f"wait.{k}")).method.message_count)
+            return total
+
+        return self._call(run)

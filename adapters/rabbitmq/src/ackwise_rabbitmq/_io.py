@@ -1,0 +1,337 @@
+"""The adapter's connection: the I/O thread that owns it, and the calls handed to that thread.
+
+See the adapter's overview (:mod:`ackwise_rabbitmq._adapter`), **Threads**: pika's
+``BlockingConnection`` is not thread-safe and sends heartbeats only while its I/O loop turns, so
+one thread holds the connection and turns the loop; every pika call is a function handed to it
+(:meth:`_IOThread._call` waits for the answer, :meth:`_IOThread._post` does not).  The
+connection's channels live here too: the consuming one (whose closing ends the connection), the
+publishing one and the admin one, all used from the I/O thread only.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import pika.exceptions as px
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+
+from ackwise import Adapter, BrokerURL
+from ackwise.errors import AdapterError, BrokerUnavailable, TransientAdapterError
+from ackwise_rabbitmq import _pika_private
+from ackwise_rabbitmq._errors import map_pika_errors, translate_pika_error
+from ackwise_rabbitmq._messages import _read_frame
+from ackwise_rabbitmq._url import RabbitMQSettings, parse_rabbitmq_url
+
+# The adapter's one logger, named as before it was split into modules.
+log = logging.getLogger("ackwise_rabbitmq._adapter")
+
+T = TypeVar("T")
+
+#: How long a call waits for the I/O thread beyond its own timeouts.
+_CALL_SLACK = 30.0
+
+
+class _Call:
+    __slots__ = ("detached", "done", "error", "fn", "result")
+
+    def __init__(self, fn: Callable[[], Any], *, detached: bool = False) -> None:
+        self.fn = fn
+        self.detached = detached  # nobody waits for it: its error is logged
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class _ConnectionLost(Exception):
+    """The consuming channel or the connection is gone: every receipt of it is stale."""
+
+
+def _noop() -> None:
+    pass
+
+
+class _IOThread(Adapter):
+    """The connection, the I/O thread that turns its loop, and the calls handed to it.
+
+    The base of the adapter's parts (:mod:`ackwise_rabbitmq._adapter`).  It owns the lock
+    (a condition: the parts guard their shared state with it, and a receive waits on it), the
+    connection's generation (a receipt's first half) and whether it is alive.  The parts that
+    keep state per connection extend :meth:`_begin_generation` and :meth:`_end_generation`.
+    """
+
+    def __init__(self, url: BrokerURL) -> None:
+        super().__init__(url)
+        self.settings: RabbitMQSettings = parse_rabbitmq_url(url)
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._conn: BlockingConnection | None = None
+        self._calls: collections.deque[_Call] = collections.deque()
+        self._generation = 0
+        self._alive = False
+        self._closing = False
+        self._failure: AdapterError | None = None
+        self._user_closed = False
+        # Owned by the I/O thread:
+        self._consume_ch: BlockingChannel | None = None
+        self._publish_ch: BlockingChannel | None = None
+        self._admin_ch: BlockingChannel | None = None
+        self._consume_closed: str | None = None
+        self._last_turn = 0.0  # when the I/O loop last took in what the socket held
+
+    # -- what the parts keep of a connection (I/O thread) ----------------------------------
+    @abc.abstractmethod
+    def _watch_publishing(self, ch: BlockingChannel) -> None:
+        """Make ``ch`` a publishing channel: confirms and returns reach their callbacks."""
+
+    def _begin_generation(self) -> None:
+        """A new connection is up: forget what belonged to the previous one (lock held)."""
+
+    def _end_generation(self) -> None:
+        """The connection is gone: forget its deliveries (lock held)."""
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _errors(self) -> Any:
+        return map_pika_errors(self.settings.where, self.settings.password)
+
+    def open(self) -> None:
+        with self._lock:
+            if self._alive and self._thread is not None and self._thread.is_alive():
+                return
+        self.close()
+        self._user_closed = False
+        ready = threading.Event()
+        box: list[BaseException] = []
+        self._closing = False
+        thread = threading.Thread(
+            target=self._io_main, args=(ready, box), name="ackwise-rabbitmq-io", daemon=True
+        )
+        self._thread = thread
+        thread.start()
+        if not ready.wait(self.settings.connection_timeout + 10):
+            self._closing = True
+            raise BrokerUnavailable(f"{self.settings.where}: connecting timed out")
+        if box:
+            exc = box[0]
+            if not isinstance(exc, px.AMQPError | OSError):
+                # pika fails with plain errors too when the socket is reset mid-handshake
+                # ("Expected connected socket"): connecting may work next time.
+                raise BrokerUnavailable(
+                    f"{self.settings.where}: connecting failed: {type(exc).__name__}: {exc}"
+                ) from exc
+            raise translate_pika_error(exc, self.settings.where, self.settings.password) from exc
+
+    def close(self) -> None:
+        self._user_closed = True
+        thread = self._thread
+        if thread is None:
+            return
+        with self._lock:
+            self._closing = True
+            conn = self._conn
+        if conn is not None and thread.is_alive():
+            try:
+                conn.add_callback_threadsafe(_noop)
+            except Exception:  # already closed
+                log.debug("waking the I/O thread failed", exc_info=True)
+        if thread is not threading.current_thread():
+            thread.join(self.settings.connection_timeout + 5)
+        self._thread = None
+
+    # -- the I/O thread --------------------------------------------------------------------
+    def _io_main(self, ready: threading.Event, box: list[BaseException]) -> None:
+        try:
+            conn = BlockingConnection(self.settings.connection_parameters())
+            _pika_private.read_frames_with(conn, _read_frame)
+            consume = conn.channel()
+            publish = conn.channel()
+            self._watch_publishing(publish)
+            _pika_private.on_channel_close(consume, self._on_consume_closed)
+        except BaseException as exc:
+            box.append(exc)
+            ready.set()
+            return
+        with self._lock:
+            self._conn = conn
+            self._consume_ch, self._publish_ch, self._admin_ch = consume, publish, None
+            self._consume_closed = None
+            self._begin_generation()
+            self._generation += 1
+            self._alive = True
+            self._failure = None
+        ready.set()
+        error: BaseException | None = None
+        try:
+            while not self._closing:
+                conn.process_data_events(time_limit=0.5)
+                self._last_turn = time.monotonic()
+                self._run_calls()
+                if self._consume_closed is not None:
+                    raise _ConnectionLost(self._consume_closed)
+        except BaseException as exc:
+            error = exc
+        self._shutdown(conn, error)
+
+    def _shutdown(self, conn: BlockingConnection, error: BaseException | None) -> None:
+        if error is not None and not self._closing:
+            failure: AdapterError
+            if isinstance(error, _ConnectionLost):
+                failure = TransientAdapterError(f"{self.settings.where}: {error}")
+            else:
+                failure = translate_pika_error(error, self.settings.where, self.settings.password)
+            log.warning("RabbitMQ connection lost: %s", failure)
+        else:
+            failure = BrokerUnavailable(f"{self.settings.where}: the adapter is closed")
+        with self._lock:
+            self._alive = False
+            self._failure = failure
+            self._end_generation()
+            calls = list(self._calls)
+            self._calls.clear()
+            self._lock.notify_all()
+        for call in calls:
+            call.error = failure
+            call.done.set()
+        try:
+            if conn.is_open:
+                # Closing the connection returns every unsettled delivery to its queue at once.
+                conn.close()
+        except Exception:
+            log.debug("closing the connection failed", exc_info=True)
+
+    def _run_calls(self) -> None:
+        while True:
+            with self._lock:
+                if not self._calls:
+                    return
+                call = self._calls.popleft()
+            try:
+                call.result = call.fn()
+            except BaseException as exc:
+                call.error = exc
+                if call.detached:
+                    log.warning("RabbitMQ: a posted operation failed: %r", exc)
+                conn = self._conn
+                if conn is None or not conn.is_open or isinstance(exc, _ConnectionLost):
+                    call.done.set()
+                    raise
+            call.done.set()
+
+    def _post(self, fn: Callable[[], None]) -> None:
+        """Hand ``fn`` to the I/O thread and return at once (its errors are logged)."""
+        call = _Call(fn, detached=True)
+        with self._lock:
+            if not self._alive:
+                raise self._failure or BrokerUnavailable(
+                    f"{self.settings.where}: the adapter is not open"
+                )
+            wake = not self._calls  # else a wake-up is on its way already
+            self._calls.append(call)
+            conn = self._conn
+        if wake:
+            assert conn is not None
+            try:
+                conn.add_callback_threadsafe(_noop)
+            except Exception as exc:
+                raise BrokerUnavailable(f"{self.settings.where}: connection closed") from exc
+
+    def _call(self, fn: Callable[[], T], timeout: float | None = None) -> T:
+        """Run ``fn`` on the I/O thread and return its result (errors mapped).
+
+        A connection that was lost (not closed by the caller) is opened again first, once:
+        a producer or an inspector needs no receipts of the old one.  ``receive`` does not
+        come here: a consumer learns of the loss and reconnects with its backoff.
+        """
+        call = _Call(fn)
+        with self._lock:
+            lost = not self._alive and self._thread is not None and not self._user_closed
+        if lost:
+            self.open()
+        with self._lock:
+            if not self._alive:
+                raise self._failure or BrokerUnavailable(
+                    f"{self.settings.where}: the adapter is not open"
+                )
+            self._calls.append(call)
+            conn = self._conn
+        assert conn is not None
+        try:
+            conn.add_callback_threadsafe(_noop)
+        except Exception as exc:
+            raise BrokerUnavailable(f"{self.settings.where}: connection closed") from exc
+        limit = (timeout or self.settings.confirm_timeout) + _CALL_SLACK
+        deadline = time.monotonic() + limit
+        while not call.done.wait(0.5):
+            thread = self._thread
+            if thread is None or not thread.is_alive() or time.monotonic() > deadline:
+                raise BrokerUnavailable(f"{self.settings.where}: the I/O thread stopped answering")
+        error = call.error
+        if error is not None:
+            if isinstance(error, AdapterError):
+                raise error
+            if isinstance(error, _ConnectionLost):
+                raise TransientAdapterError(f"{self.settings.where}: {error}") from error
+            raise translate_pika_error(
+                error, self.settings.where, self.settings.password
+            ) from error
+        return call.result  # type: ignore[no-any-return]
+
+    # -- callbacks (I/O thread) ------------------------------------------------------------
+    def _on_consume_closed(self, _ch: Any, reason: BaseException) -> None:
+        if self._closing:
+            return
+        code = getattr(reason, "reply_code", 0)
+        text = getattr(reason, "reply_text", str(reason))
+        lowered = str(text).lower()
+        if code == 406 and ("timeout" in lowered or "timed out" in lowered):
+            # Reported once here; the worker sees a transient error and reconnects.
+            log.error(
+                "RabbitMQ closed the consuming channel: a delivery was held longer than the "
+                "broker's consumer_timeout (%s); reconnecting, its messages are redelivered",
+                text,
+            )
+            self._consume_closed = (
+                f"a delivery was held past the broker's consumer_timeout: {code} {text}"
+            )
+            return
+        self._consume_closed = f"the consuming channel was closed: {code} {text}"
+
+    # -- channels (I/O thread) -------------------------------------------------------------
+    def _admin(self) -> BlockingChannel:
+        ch = self._admin_ch
+        if ch is None or not ch.is_open:
+            assert self._conn is not None
+            ch = self._admin_ch = self._conn.channel()
+        return ch
+
+    @contextmanager
+    def _temp_channel(self) -> Iterator[BlockingChannel]:
+        assert self._conn is not None
+        ch = self._conn.channel()
+        try:
+            yield ch
+        finally:
+            if ch.is_open:
+                ch.close()  # what was taken and not acked goes back, in order
+
+    # -- liveness --------------------------------------------------------------------------
+    def _ensure_open(self) -> None:
+        with self._lock:
+            if self._alive:
+                return
+            failure = self._failure
+        raise failure or BrokerUnavailable(f"{self.settings.where}: the adapter is not open")
+
+    def _check_live(self) -> None:
+        """Notice a connection the broker closed (e.g. while this process was stopped)."""
+        conn = self._conn
+        assert conn is not None
+        conn.process_data_events(time_limit=0)
+        if self._consume_closed is not None:
+            raise _ConnectionLost(self._consume_closed)

@@ -1,0 +1,140 @@
+"""The one place where the adapter touches pika's private API (names starting with ``_``).
+
+Checked against pika 1.4.4, the version ``uv.lock`` pins (the package allows ``pika>=1.3``;
+other versions are not checked here).  ``tests/test_rabbitmq_pika_private.py`` asserts, without
+a broker, that every private name used below exists on the installed pika with the shape
+relied on: run it whenever the pika version changes.
+
+What ``BlockingConnection`` and ``BlockingChannel`` do not offer, and why the adapter needs it:
+
+* the connection implementation (``BlockingConnection._impl``) and its frame decoder
+  (``Connection._read_frame``, reading ``_frame_buffer``): replaced, so that a header pika
+  cannot decode costs one message rather than the connection (see ``_messages._read_frame``);
+* the channel implementation (``BlockingChannel._impl``, a ``pika.channel.Channel``): its
+  ``basic_ack``, ``basic_reject`` and ``basic_publish`` queue a frame without the blocking
+  channel's flush after each, its confirm, return and close callbacks run as the frames arrive,
+  and its consumers deliver straight to a callback (the blocking channel's are dispatched only
+  by ``process_data_events``, and its cancel rejects what is in transit);
+* the blocking objects' I/O wait (``BlockingConnection._flush_output``,
+  ``BlockingChannel._flush_output``, ``BlockingChannel._basic_consume_ok_result``);
+* timers inside that wait (the connection impl's ``_adapter_call_later`` and
+  ``_adapter_remove_timeout``: ``BlockingConnection.call_later`` callbacks run only from
+  ``process_data_events``);
+* the set of cancelled consumer tags of a channel (``Channel._cancelled``), whose deliveries
+  pika rejects back to the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+
+__all__ = [
+    "cancel_keeping_in_transit",
+    "consume",
+    "flush",
+    "io_timer",
+    "on_channel_close",
+    "read_frames_with",
+    "send_ack",
+    "send_publish",
+    "send_reject",
+    "watch_publishing",
+]
+
+
+def _noop_frame(_frame: Any) -> None:
+    pass
+
+
+# -- the connection ----------------------------------------------------------------------------
+def read_frames_with(conn: BlockingConnection, read: Callable[[bytes], tuple[int, Any]]) -> None:
+    """Decode the frames ``conn`` receives with ``read`` instead of pika's decoder.
+
+    ``read(buffer)`` gets what was received and not yet decoded and answers as
+    ``pika.frame.decode_frame`` does: the bytes its frame took and the frame (``(0, None)``:
+    more bytes are needed).  pika's ``_on_data_available`` calls ``self._read_frame()``, which
+    decodes ``self._frame_buffer``.
+    """
+    impl = conn._impl
+    impl._read_frame = lambda: read(impl._frame_buffer)
+
+
+def flush(conn: BlockingConnection, *waiters: Callable[[], bool]) -> None:
+    """Send what is queued and process input until any of ``waiters`` is true (none: until the
+    output is sent); raises when the connection closes (``BlockingConnection._flush_output``)."""
+    conn._flush_output(*waiters)
+
+
+@contextmanager
+def io_timer(conn: BlockingConnection, delay: float, callback: Callable[[], Any]) -> Iterator[None]:
+    """``callback`` runs after ``delay`` seconds from pika's I/O loop, also inside :func:`flush`
+    (``BlockingConnection.call_later`` callbacks run only from ``process_data_events``), unless
+    the block was left first."""
+    timer = conn._impl._adapter_call_later(delay, callback)
+    try:
+        yield
+    finally:
+        conn._impl._adapter_remove_timeout(timer)
+
+
+# -- a channel's implementation ----------------------------------------------------------------
+def watch_publishing(
+    ch: BlockingChannel,
+    on_confirm: Callable[[Any], None],
+    on_return: Callable[[Any, Any, Any, bytes], None],
+) -> None:
+    """Confirm mode, with ``on_confirm(frame)`` called for each ``Basic.Ack`` / ``Basic.Nack``
+    and ``on_return(channel, method, properties, body)`` for each returned message, as they
+    arrive (the blocking channel's own confirm mode makes every publish wait for its confirm)."""
+    ch._impl.confirm_delivery(on_confirm)
+    ch._impl.add_on_return_callback(on_return)
+
+
+def on_channel_close(ch: BlockingChannel, callback: Callable[[Any, BaseException], None]) -> None:
+    """``callback(channel, reason)`` when the channel closes, as it happens."""
+    ch._impl.add_on_close_callback(callback)
+
+
+def send_ack(ch: BlockingChannel, tag: int) -> None:
+    """Queue ``basic.ack`` of one delivery, without flushing (see :func:`flush`)."""
+    ch._impl.basic_ack(tag)
+
+
+def send_reject(ch: BlockingChannel, tag: int, *, requeue: bool) -> None:
+    """Queue ``basic.reject`` of one delivery, without flushing."""
+    ch._impl.basic_reject(tag, requeue=requeue)
+
+
+def send_publish(
+    ch: BlockingChannel, exchange: str, key: str, body: bytes, props: Any, *, mandatory: bool
+) -> None:
+    """Queue ``basic.publish``, without flushing nor waiting for a confirm."""
+    ch._impl.basic_publish(exchange, key, body, props, mandatory=mandatory)
+
+
+def consume(
+    ch: BlockingChannel, queue: str, on_message: Callable[[Any, Any, Any, bytes], None]
+) -> str:
+    """``basic.consume`` of ``queue`` (manual acks); returns the consumer tag once consume-ok
+    came.
+
+    The consumer is the channel impl's: ``on_message(channel, method, properties, body)`` is
+    called from the I/O loop as each delivery's frames arrive.  The wait uses the channel's own
+    consume-ok slot, as ``BlockingChannel.basic_consume`` does.
+    """
+    with ch._basic_consume_ok_result as ok:
+        tag: str = ch._impl.basic_consume(queue, on_message, auto_ack=False)
+        ch._flush_output(ok.is_ready)
+    return tag
+
+
+def cancel_keeping_in_transit(ch: BlockingChannel, tag: str) -> None:
+    """Queue ``basic.cancel`` of a consumer, without waiting for cancel-ok, such that what the
+    broker pushed before it took the cancel in still reaches the consumer's callback (pika
+    rejects deliveries to a tag in ``Channel._cancelled`` back to the queue)."""
+    ch._impl.basic_cancel(tag, callback=_noop_frame)
+    ch._impl._cancelled.discard(tag)

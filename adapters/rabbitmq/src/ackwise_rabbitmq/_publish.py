@@ -1,0 +1,170 @@
+"""Publishing: messages routed into a queue or its delay tiers, pipelined, and confirmed.
+
+Every publish is ``mandatory`` and returns only once the broker confirmed every message of the
+batch (one round trip for it); a message that no queue took raises ``QueueNotFound``.  See the
+adapter's overview (:mod:`ackwise_rabbitmq._adapter`), **Delays**.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pika
+import pika.spec
+from pika.adapters.blocking_connection import BlockingChannel
+
+from ackwise import BrokerURL, Outgoing
+from ackwise.errors import (
+    MessageTooLarge,
+    PermanentAdapterError,
+    QueueNotFound,
+    TransientAdapterError,
+)
+from ackwise_rabbitmq import _pika_private
+from ackwise_rabbitmq._messages import H_ATTEMPT, H_DEAD_AT, H_REASON, MAX_MESSAGE_SIZE
+from ackwise_rabbitmq._topology import MAX_DELAY_MS, _bits, _Topology
+
+
+class _Publishing(_Topology):
+    """Confirmed publishing on the connection's publishing channel (its confirm state: the
+    I/O thread's)."""
+
+    def __init__(self, url: BrokerURL) -> None:
+        super().__init__(url)
+        # Owned by the I/O thread:
+        self._seq = 0
+        self._unconfirmed: set[int] = set()
+        self._nacked: set[int] = set()
+        self._returned: list[tuple[str, str]] = []
+
+    def _begin_generation(self) -> None:
+        self._seq = 0
+        self._unconfirmed.clear()
+        self._nacked.clear()
+        super()._begin_generation()
+
+    def _watch_publishing(self, ch: BlockingChannel) -> None:
+        _pika_private.watch_publishing(ch, self._on_confirm, self._on_return)
+
+    # -- callbacks (I/O thread) ------------------------------------------------------------
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        tag = method.delivery_tag
+        done = {t for t in self._unconfirmed if t <= tag} if method.multiple else {tag}
+        self._unconfirmed -= done
+        if isinstance(method, pika.spec.Basic.Nack):
+            self._nacked |= done
+
+    def _on_return(self, _ch: Any, method: Any, properties: Any, _body: bytes) -> None:
+        self._returned.append((str(properties.message_id), str(method.reply_text)))
+
+    # -- publishing (I/O thread) -----------------------------------------------------------
+    def _publish_now(self, items: Sequence[tuple[str, str, bytes, Any]]) -> None:
+        """Publish with ``mandatory`` and wait for every confirm (I/O thread).
+
+        The publishes are pipelined: one round trip for the whole batch.
+        """
+        ch = self._publish_ch
+        conn = self._conn
+        assert conn is not None
+        if ch is None or not ch.is_open:
+            ch = self._publish_ch = conn.channel()
+            self._watch_publishing(ch)
+            self._seq = 0
+            self._unconfirmed.clear()
+        self._returned.clear()
+        first = self._seq + 1
+        for exchange, key, body, props in items:
+            _pika_private.send_publish(ch, exchange, key, body, props, mandatory=True)
+            self._seq += 1
+            self._unconfirmed.add(self._seq)
+        mine = set(range(first, self._seq + 1))
+        timed_out: list[bool] = []
+        with _pika_private.io_timer(
+            conn, self.settings.confirm_timeout, lambda: timed_out.append(True)
+        ):
+            _pika_private.flush(
+                conn, lambda: not (self._unconfirmed & mine) or bool(timed_out) or not ch.is_open
+            )
+        if not ch.is_open:
+            raise TransientAdapterError(
+                f"{self.settings.where}: the publishing channel closed before RabbitMQ "
+                "confirmed; whether the messages were stored is unknown"
+            )
+        if self._unconfirmed & mine:
+            self._unconfirmed -= mine
+            raise TransientAdapterError(
+                f"{self.settings.where}: RabbitMQ did not confirm {len(mine)} message(s) within "
+                f"{self.settings.confirm_timeout}s; whether they were stored is unknown"
+            )
+        nacked = self._nacked & mine
+        self._nacked -= mine
+        if self._returned:
+            ids = ", ".join(sorted({i for i, _ in self._returned}))
+            why = self._returned[0][1]
+            self._returned.clear()
+            raise QueueNotFound(
+                f"{self.settings.where}: RabbitMQ could not route message(s) {ids} ({why}): "
+                "the queue does not exist (declare it first); nothing was stored"
+            )
+        if nacked:
+            raise PermanentAdapterError(
+                f"{self.settings.where}: RabbitMQ refused (nacked) {len(nacked)} message(s)"
+            )
+
+    # -- producing -------------------------------------------------------------------------
+    def _properties(
+        self, message_id: str, headers: dict[str, Any] | None = None
+    ) -> pika.BasicProperties:
+        return pika.BasicProperties(
+            message_id=message_id,
+            delivery_mode=2,
+            timestamp=int(time.time()),
+            headers=headers or None,
+        )
+
+    def _route(
+        self, queue: str, m: Outgoing, headers: dict[str, Any] | None = None
+    ) -> tuple[str, str, bytes, Any]:
+        props = self._properties(m.id, headers)
+        if m.delay > 0:
+            delay_ms = min(MAX_DELAY_MS, math.ceil(m.delay * 1000))
+            top = delay_ms.bit_length() - 1
+            return (self._aux(queue, f"delay.{top}"), _bits(delay_ms), m.body, props)
+        return ("", queue, m.body, props)
+
+    def _check(self, messages: Sequence[Outgoing]) -> None:
+        for m in messages:
+            if len(m.body) > MAX_MESSAGE_SIZE:
+                raise MessageTooLarge(
+                    f"message {m.id}: {len(m.body)} bytes exceeds the RabbitMQ broker's limit "
+                    f"of {MAX_MESSAGE_SIZE}; nothing was published"
+                )
+            if m.delay > 0:
+                self.check_delay(m.delay)
+
+    def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        if not messages:
+            return
+        self._check_name(queue)
+        self._check(messages)
+        items = [self._route(queue, m) for m in messages]
+        self._call(lambda: self._publish_now(items))
+
+    def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
+        if not messages:
+            return
+        self._check_name(queue)
+        self._check(messages)
+        now = time.time()
+        dead = self._aux(queue, "dead")
+        items = [("", dead, m.body, self._dead_props(m.id, reason, now, 1)) for m in messages]
+        self._call(lambda: self._publish_now(items))
+
+    def _dead_props(self, message_id: str, reason: str, at: float, attempt: int) -> Any:
+        return self._properties(
+            message_id, {H_REASON: reason, H_DEAD_AT: repr(at), H_ATTEMPT: attempt}
+        )
