@@ -1,4 +1,4 @@
-"""Diagnostic consumer for ``bench/redis.py``: the Redis adapter alone, without the worker.
+"""Diagnostic consumer for ``bench/redis_peers.py``: the Redis adapter alone, without the worker.
 
 Loops ``receive(max_messages=4, wait=1.0)`` and ``ack`` on ``$REDIS_BENCH_QUEUE``; each body is
 the producer's ``time.time()`` taken just before its publish call, so the recorded value is

@@ -1,4 +1,4 @@
-"""The tasks of ``bench/redis.py``: one no-op task per system, all on one Redis.
+"""The tasks of ``bench/redis_peers.py``: one no-op task per system, all on one Redis.
 
 Every worker imports this module (``PYTHONPATH=bench/redisbench``); the Redis URL and the
 queue name come from ``$REDIS_BENCH_URL`` and ``$REDIS_BENCH_QUEUE``.  The task body is

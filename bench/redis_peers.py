@@ -1,7 +1,7 @@
 """Redis benchmark: ackwise vs Celery, Dramatiq and Taskiq (and a raw redis-py LPUSH loop), in one
 run, on one private redis-server.  See ``bench/README.md`` for the method.
 
-    uv run --group bench python bench/redis.py [--runs 3] [--tasks 20000]
+    uv run --group bench python bench/redis_peers.py [--runs 3] [--tasks 20000]
                                                [--out bench/results-redis.md] [--only PREFIXES]
 """
 
@@ -664,7 +664,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated prefixes of cell keys")
     args = parser.parse_args()
     command = " ".join(
-        ["uv run --group bench python bench/redis.py", shlex.join(sys.argv[1:])]
+        ["uv run --group bench python bench/redis_peers.py", shlex.join(sys.argv[1:])]
     ).strip()
     cells = plan()
     if args.only:
