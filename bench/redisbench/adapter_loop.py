@@ -8,11 +8,7 @@ the enqueue -> received latency of the adapter and Redis alone (no executor hand
 from __future__ import annotations
 
 import os
-import sys
 import time
-from pathlib import Path
-
-sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 import startlog
 
