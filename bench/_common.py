@@ -1,18 +1,19 @@
-"""Helpers of the broker benchmarks (``bench/rabbitmq.py``), the method of ``bench/redis.py``.
+"""Helpers of the broker benchmarks (``bench/redis_peers.py``, ``rabbitmq.py``, ``sqs.py``).
 
-``redis.py`` cannot be imported for its helpers (it rewrites ``sys.path`` and imports redis-py
-and its task module on import), so the generic parts live here: the timed enqueue loop, a
-worker process with its start log, the drain and latency measurements, the per-cell record of
-each run's figures, and the report's small formatters.  The drain figures themselves (rate,
-worker CPU per task) are ``embedded.drain_figures``, as for every benchmark in ``bench/``.
+The generic parts of their common method: the timed enqueue loop, a worker process with its
+start log, the drain and latency measurements, the per-cell record of each run's figures, and
+the report's small formatters.  The drain figures themselves (rate, worker CPU per task) are
+``embedded.drain_figures``, as for every benchmark in ``bench/``.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import importlib.metadata
 import os
+import shlex
 import signal
 import statistics
 import subprocess
@@ -21,30 +22,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-
-def _import_redis_py() -> None:
-    """Import redis-py before ``bench/`` is searched: ``bench/redis.py`` would shadow it.
-
-    ``embedded`` imports Huey, which imports ``redis``; with ``bench/`` first on ``sys.path``
-    (it is the script's directory) that would import the Redis benchmark script instead.
-    """
-    here = Path(__file__).resolve().parent
-    saved = sys.path[:]
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
-    try:
-        import redis  # noqa: F401
-    except ImportError:
-        pass
-    finally:
-        sys.path[:] = saved
-
-
-_import_redis_py()
-
-import embedded  # noqa: E402
-import startlog  # noqa: E402
+import embedded
+import startlog
 
 Drain = embedded.Drain
 
@@ -76,7 +57,41 @@ def hundred(call: Callable[[], Any]) -> Callable[[], int]:
     return send
 
 
+def enqueue_ackwise(app: Any, tasks: int, batch: int | None, cap: float) -> float:
+    """ackwise's ``delay()`` (``batch`` None) or ``send_many`` in chunks of ``batch``: tasks/s.
+
+    ``app``: a task module's ackwise app with its no-op task as ``app.bench_noop``; closed here.
+    """
+    noop = app.bench_noop
+    noop.delay()  # connect and declare: not timed
+    try:
+        if batch is None:
+            return timed(hundred(noop.delay), tasks, cap)
+
+        def many() -> int:
+            app.send_many([noop.s() for _ in range(batch)])
+            return batch
+
+        return timed(many, tasks, cap)
+    finally:
+        app.close()
+
+
 # -- worker processes -----------------------------------------------------------------------
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+def worker_env(subfolder: str) -> dict[str, str]:
+    """``PYTHONPATH`` for a driver's workers: ``bench/<subfolder>`` (its task module), ``bench/``.
+
+    The one place the broker benchmarks set a module search path: the worker imports the task
+    module by its own name (``redis_tasks:ackwise_app``) and the task module imports
+    ``startlog`` from ``bench/``.  The driver imports it as ``<subfolder>.<module>``, ``bench/``
+    being its script's directory.
+    """
+    return {"PYTHONPATH": os.pathsep.join([str(BENCH_DIR / subfolder), str(BENCH_DIR)])}
+
+
 @dataclass
 class WorkerProc:
     proc: subprocess.Popen[bytes]
@@ -91,6 +106,28 @@ class WorkerProc:
 
     def log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
+
+
+def worker_cmd(module: str, system: str, config: str, concurrency: int) -> list[str]:
+    """The worker of ackwise, Celery or Dramatiq, one process, on the task module ``module``."""
+    py = sys.executable
+    if system == "ackwise":
+        return [
+            *(py, "-m", "ackwise", "--loglevel", "WARNING", "worker"),
+            *(f"{module}:ackwise_app", "--pool", config, "-c", str(concurrency)),
+        ]
+    if system == "celery":
+        return [
+            *(py, "-m", "celery", "-A", f"{module}:celery_app", "worker", "-l", "WARNING"),
+            *("-P", config, "-c", str(concurrency), "--prefetch-multiplier", "1"),
+            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+        ]
+    if system == "dramatiq":
+        return [
+            *(py, "-m", "dramatiq", f"{module}:dramatiq_broker", "--processes", "1"),
+            *("--threads", str(concurrency), "--skip-logging"),
+        ]
+    raise ValueError(system)
 
 
 def start_worker(cmd: list[str], env_extra: dict[str, str], cell: Path) -> WorkerProc:
@@ -145,7 +182,7 @@ def follow_drain(
         with contextlib.ExitStack() as stack:
             sampler = stack.enter_context(embedded.CpuSampler(w.proc.pid))
             other = stack.enter_context(embedded.CpuSampler(also)) if also is not None else None
-            embedded._follow(w.count, tasks, w.alive, what)
+            embedded.follow(w.count, tasks, w.alive, what)
             time.sleep(3 * startlog.FLUSH_EVERY)  # let every process flush its last starts
     except BaseException:
         sys.stderr.write(w.log_tail())
@@ -165,7 +202,7 @@ def cpu_us_over(samples: list[tuple[float, float]], first: float, last: float, n
     """CPU µs per task of a sampled process between two instants (``n`` tasks in between)."""
     if not samples or samples[0][0] > first or samples[-1][0] < last or n <= 0:
         return float("nan")
-    cpu = embedded._interpolate(samples, last) - embedded._interpolate(samples, first)
+    cpu = embedded.interpolate(samples, last) - embedded.interpolate(samples, first)
     return cpu / n * 1e6
 
 
@@ -196,7 +233,7 @@ def measure_latency(w: WorkerProc, send: Callable[[float], Any], what: str) -> t
                 time.sleep(pause)
             send(time.time())
         rate = LAT_TASKS / (time.perf_counter() - t0)
-        embedded._follow(lambda: w.count() - warm, LAT_TASKS, w.alive, what)
+        embedded.follow(lambda: w.count() - warm, LAT_TASKS, w.alive, what)
         time.sleep(3 * startlog.FLUSH_EVERY)
     except BaseException:
         sys.stderr.write(w.log_tail())
@@ -209,6 +246,21 @@ def measure_latency(w: WorkerProc, send: Callable[[float], Any], what: str) -> t
     p50 = values[len(values) // 2] * 1000
     p99 = values[min(len(values) - 1, int(len(values) * 0.99))] * 1000
     return p50, p99, rate
+
+
+# -- the command line -----------------------------------------------------------------------
+def parse_args(description: str, script: str, out: str) -> tuple[argparse.Namespace, str]:
+    """The options of a broker benchmark and the command that reruns it (its "Rerun:" line)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--out", default=str(BENCH_DIR / out))
+    parser.add_argument("--only", default="", help="comma-separated prefixes of cell keys")
+    args = parser.parse_args()
+    command = " ".join(
+        [f"uv run --group bench python bench/{script}", shlex.join(sys.argv[1:])]
+    ).strip()
+    return args, command
 
 
 # -- cells and their figures ----------------------------------------------------------------
@@ -240,11 +292,14 @@ def select(cells: list[Cell], only: str) -> list[Cell]:
     return [c for c in cells if any(c.key.startswith(p) for p in prefixes)]
 
 
-def record_drain(c: Cell, result: Drain, broker_cpu: float, run: int, tasks: int) -> str:
-    """Keep a drain's figures in ``c`` (warnings too); return the progress line's text."""
+def record_drain(c: Cell, result: Drain, broker_cpu: float | None, run: int, tasks: int) -> str:
+    """Keep a drain's figures in ``c`` (warnings too); return the progress line's text.
+
+    ``broker_cpu``: None where the benchmark does not sample the broker's CPU at all.
+    """
     c.values.append(result.rate)
     c.cpu.append(result.cpu_us if result.cpu_us is not None else float("nan"))
-    c.extra.append(broker_cpu)
+    c.extra.append(broker_cpu if broker_cpu is not None else float("nan"))
     if result.started > tasks:
         c.notes.append(f"{c.key} run {run}: {result.started} starts for {tasks} tasks (duplicates)")
     never = tasks - result.started
@@ -259,16 +314,100 @@ def record_drain(c: Cell, result: Drain, broker_cpu: float, run: int, tasks: int
             f"{c.key} run {run}: {result.left} left in the queue after the worker stopped, "
             f"{never} never started: {abs(result.left - never)} {why}"
         )
-    return (
-        f"{result.rate:,.0f}/s ({result.counted} starts in {result.span:.2f}s), worker cpu "
-        f"{result.cpu_us or 0:.0f}µs, broker cpu {broker_cpu:.0f}µs, {result.left} left"
-    )
+    shown = [
+        f"{result.rate:,.0f}/s ({result.counted} starts in {result.span:.2f}s)",
+        f"worker cpu {result.cpu_us or 0:.0f}µs",
+    ]
+    if broker_cpu is not None:
+        shown.append(f"broker cpu {broker_cpu:.0f}µs")
+    if result.left is not None:  # the Redis benchmark counts what is left for ackwise only
+        shown.append(f"{result.left} left")
+    return ", ".join(shown)
+
+
+def record(c: Cell, result: Any, run: int, tasks: int) -> str:
+    """Keep one run's result of ``c`` by its kind; return the progress line's text.
+
+    ``result``: tasks/s (enqueue); ``(Drain, broker CPU µs per task or None)`` (drain);
+    ``(p50 ms, p99 ms, achieved send rate)`` (latency).
+    """
+    if c.kind == "drain":
+        drained, broker_us = result
+        return record_drain(c, drained, broker_us, run, tasks)
+    if c.kind == "latency":
+        p50, p99, rate = result
+        c.values.append(p50)
+        c.extra.append(p99)
+        return f"p50 {p50:.2f} ms p99 {p99:.2f} ms (sent at {rate:.0f}/s)"
+    c.values.append(result)
+    return f"{result:,.0f}/s"
+
+
+def run_cells(
+    cells: list[Cell], broker: Any, tmp: Path, rounds: int, tasks: int, width: int
+) -> None:
+    """Run every cell ``rounds`` times (``c.run(broker, cell_dir, tasks)``), progress to stderr."""
+    for run in range(1, rounds + 1):
+        for c in cells:
+            cell_dir = tmp / f"{c.key}-{run}"
+            cell_dir.mkdir()
+            t = time.monotonic()
+            shown = record(c, c.run(broker, cell_dir, tasks), run, tasks)
+            print(
+                f"run {run} {c.key:<{width}} {shown}  ({time.monotonic() - t:.1f}s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 # -- report helpers -------------------------------------------------------------------------
+C = TypeVar("C", bound=Cell)
+
+
+def rows(cells: list[C], kind: str, figures: Callable[[C], list[str]]) -> list[str]:
+    """The table rows of the measured cells of one kind: system, configuration, figures."""
+    return [
+        "| " + " | ".join([c.system, c.config, *figures(c)]) + " |"
+        for c in cells
+        if c.kind == kind and c.values
+    ]
+
+
+def enqueue_table(cells: list[Cell], producer: str) -> list[str]:
+    """The enqueue section of a report: tasks/s medians, and each run's."""
+    return [
+        f"## Enqueue, {producer} (tasks/s, median)",
+        "",
+        "| system | how | tasks/s | runs |",
+        "|---|---|---:|---|",
+        *rows(cells, "enqueue", lambda c: [fmt(c.median), runs(c.values)]),
+    ]
+
+
+def latency_table(cells: list[Cell]) -> list[str]:
+    """The latency section of a report: p50 and p99 medians, and each run's."""
+    return [
+        "",
+        f"## Enqueue -> start latency at a steady {RATE:.0f} tasks/s, concurrency 1 "
+        "(ms, median of runs)",
+        "",
+        "| system | config | p50 | p99 | runs (p50 / p99) |",
+        "|---|---|---:|---:|---|",
+        *rows(
+            cells,
+            "latency",
+            lambda c: [
+                f"{c.median:.2f}",
+                f"{statistics.median(c.extra):.2f}",
+                ", ".join(f"{a:.2f} / {p:.2f}" for a, p in zip(c.values, c.extra, strict=True)),
+            ],
+        ),
+    ]
+
+
 def tree_state() -> str:
     """Uncommitted changes to ackwise's code (core/, adapters/): "" or a note with their hash."""
-    diff = embedded._git("diff", "HEAD", "--", "core", "adapters")
+    diff = embedded.git("diff", "HEAD", "--", "core", "adapters")
     if not diff:
         return ""
     digest = hashlib.sha256(diff.encode()).hexdigest()[:12]

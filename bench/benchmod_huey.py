@@ -16,6 +16,7 @@ from huey.storage import SqliteStorage
 
 
 class NormalSyncStorage(SqliteStorage):
+    # Huey's own (private) connection hook: its ``fsync`` option sets only FULL or OFF, not NORMAL.
     def _create_connection(self):  # type: ignore[no-untyped-def]
         conn = super()._create_connection()
         conn.execute("PRAGMA synchronous=NORMAL")

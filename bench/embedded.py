@@ -27,14 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO = BENCH_DIR.parent
-sys.path.insert(0, str(BENCH_DIR))
+import benchmod  # bench/ is the script's directory: first on sys.path
+import startlog
 
-import benchmod  # noqa: E402
-import startlog  # noqa: E402
-
-import ackwise  # noqa: E402
+import ackwise
 
 try:
     import benchmod_huey
@@ -44,7 +40,9 @@ except ImportError as exc:  # pragma: no cover
         "`uv run --group bench python bench/embedded.py` (or `uv sync --all-groups` first)"
     )
 
-#: Drain window (PEERS.md): first task start -> last task start, at most this many seconds.
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+#: Drain window: first task start -> last task start, at most this many seconds.
 WINDOW = 10.0
 #: Enqueue cells stop after this many seconds even when not all tasks were sent.
 ENQUEUE_CAP = 10.0
@@ -74,12 +72,12 @@ def drain_figures(starts: Sequence[float], samples: Sequence[tuple[float, float]
     rate = (len(inside) - 1) / span
     cpu_us = None
     if samples and samples[0][0] <= first and samples[-1][0] >= last:
-        cpu = _interpolate(samples, last) - _interpolate(samples, first)
+        cpu = interpolate(samples, last) - interpolate(samples, first)
         cpu_us = cpu / (len(inside) - 1) * 1e6
     return Drain(rate, len(inside), span, cpu_us, len(starts))
 
 
-def _interpolate(samples: Sequence[tuple[float, float]], t: float) -> float:
+def interpolate(samples: Sequence[tuple[float, float]], t: float) -> float:
     for (t0, c0), (t1, c1) in itertools.pairwise(samples):
         if t0 <= t <= t1:
             return c0 if t1 == t0 else c0 + (c1 - c0) * (t - t0) / (t1 - t0)
@@ -149,7 +147,7 @@ class CpuSampler:
         self._thread.join()
 
 
-def _follow(
+def follow(
     count: Callable[[], int], tasks: int, alive: Callable[[], bool], what: str, startup: float = 60
 ) -> None:
     """Wait until all ``tasks`` started or the drain window passed since the first start."""
@@ -260,7 +258,7 @@ def _run_worker_process(
         )
         try:
             with CpuSampler(proc.pid) as sampler:
-                _follow(
+                follow(
                     lambda: startlog.count_dir(str(starts_dir)),
                     tasks,
                     lambda: proc.poll() is None,
@@ -335,7 +333,7 @@ def ackwise_memory_drain(tasks: int, concurrency: int) -> Drain:
     with CpuSampler(os.getpid(), every=0.05) as sampler:
         thread.start()
         try:
-            _follow(lambda: len(startlog.starts), tasks, thread.is_alive, "memory worker")
+            follow(lambda: len(startlog.starts), tasks, thread.is_alive, "memory worker")
         finally:
             worker.request_stop()
             thread.join(30)
@@ -504,7 +502,7 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def _git(*args: str) -> str:
+def git(*args: str) -> str:
     try:
         return subprocess.run(
             ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
@@ -513,7 +511,7 @@ def _git(*args: str) -> str:
         return "?"
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -549,7 +547,7 @@ def render(
     by_key = {c.key: c for c in cells}
     lines: list[str] = []
     add = lines.append
-    core_dirty = _git("status", "--porcelain", "--", "core")
+    core_dirty = git("status", "--porcelain", "--", "core")
     add("# Embedded brokers: ackwise (`sqlite://`, `memory://`) vs Huey (`SqliteHuey`)")
     add("")
     add(
@@ -562,14 +560,14 @@ def render(
     add("")
     add("## Machine")
     add("")
-    add(f"- CPU: {os.cpu_count()} cores (`nproc` {len(os.sched_getaffinity(0))}), {_cpu_model()}")
+    add(f"- CPU: {os.cpu_count()} cores (`nproc` {len(os.sched_getaffinity(0))}), {cpu_model()}")
     add(
         f"- OS: {platform.system()} {platform.release()}; temp dir {tmp_root} on {_filesystem(tmp_root)}"
     )
     add(f"- Python {platform.python_version()} ({platform.python_implementation()}), "
         f"SQLite {sqlite3.sqlite_version}")  # fmt: skip
     add(
-        f"- ackwise {_version('ackwise')} (git {_git('rev-parse', '--short', 'HEAD')}"
+        f"- ackwise {_version('ackwise')} (git {git('rev-parse', '--short', 'HEAD')}"
         f"{', core/ has uncommitted changes' if core_dirty else ''}), "
         f"msgspec {_version('msgspec')}, pluggy {_version('pluggy')}; huey {_version('huey')}"
     )
@@ -640,7 +638,7 @@ METHOD = f"""
   on its connections, `bench/benchmod_huey.py`); its own default (SQLite's `FULL`, an fsync per
   commit) is shown as an extra enqueue row. Every cell uses a fresh database file in a fresh temp
   dir on the local disk.
-- **Drain** (PEERS.md): the queue is pre-filled with {{tasks}} no-op tasks (ackwise with
+- **Drain**: the queue is pre-filled with {{tasks}} no-op tasks (ackwise with
   `send_many`, Huey with one bulk `INSERT` of `huey.serialize_task()` messages: the prefill is
   not measured), then ONE worker process is started (`python -m ackwise --loglevel WARNING
   worker benchmod:app --pool P -c N`; `python -m huey.bin.huey_consumer benchmod_huey.huey -k

@@ -7,40 +7,35 @@ on one private RabbitMQ node.  See ``bench/README.md`` for the method.
 
 from __future__ import annotations
 
+import argparse
+import copy
+import datetime as dt
+import json
+import os
+import platform
+import statistics
 import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR / "rabbitbench"))
+import _common  # embedded.Drain, startlog, CPU sampling: the shared method
+import embedded
+import pika
+from _common import Cell, Drain
+from rabbitbench import rabbit_tasks
 
-import argparse  # noqa: E402
-import copy  # noqa: E402
-import datetime as dt  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import shlex  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from typing import Any  # noqa: E402
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit  # noqa: E402
-
-import _common  # noqa: E402  (embedded.Drain, startlog, CPU sampling: the method of redis.py)
-import embedded  # noqa: E402
-import pika  # noqa: E402
-import rabbit_tasks  # noqa: E402
-from _common import Cell, Drain  # noqa: E402
-
-from ackwise_conformance.brokers import BrokerUnavailable, provide  # noqa: E402
+from ackwise_conformance.brokers import BrokerUnavailable, provide
 
 #: Enqueue cells stop after this many seconds even when not all tasks were sent.
 ENQUEUE_CAP = 5.0
 BATCH = 500
 SHARED_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
-WORKER_ENV = {"PYTHONPATH": str(BENCH_DIR / "rabbitbench")}
+WORKER_ENV = _common.worker_env("rabbitbench")
 
 
 # -- the broker -----------------------------------------------------------------------------
@@ -68,6 +63,7 @@ class Broker:
         else:
             self.url = self.handle.url
             # The node's process group (private nodes only): its CPU is sampled during drains.
+            # Private: BrokerHandle (ackwise_conformance) does not expose the broker's process.
             proc = getattr(getattr(self.handle, "_server", None), "proc", None)
             self.pid = proc.pid if proc is not None else None
             if self.handle.source == "env":
@@ -82,6 +78,7 @@ class Broker:
         parts = urlsplit(self.url)
         self.amqp = urlunsplit(parts._replace(query=""))  # for pika, kombu and Dramatiq
         conn = self.connect()
+        # Private: pika's BlockingConnection has no public accessor for the server properties.
         version = conn._impl.server_properties.get("version", b"?")
         self.version = version.decode() if isinstance(version, bytes) else str(version)
         conn.close()
@@ -180,19 +177,7 @@ def enq_pika(b: Broker, queue: str, tasks: int, queue_type: str) -> float:
 
 def enq_ackwise(url: str, queue: str, tasks: int, batch: int | None) -> float:
     app = rabbit_tasks.make_ackwise_app(url, queue)
-    noop = app.bench_noop
-    noop.delay()  # connect and declare: not timed
-    try:
-        if batch is None:
-            return _common.timed(_common.hundred(noop.delay), tasks, ENQUEUE_CAP)
-
-        def many() -> int:
-            app.send_many([noop.s() for _ in range(batch)])
-            return batch
-
-        return _common.timed(many, tasks, ENQUEUE_CAP)
-    finally:
-        app.close()
+    return _common.enqueue_ackwise(app, tasks, batch, ENQUEUE_CAP)
 
 
 def enq_celery(url: str, queue: str, tasks: int, confirm: bool) -> float:
@@ -306,24 +291,7 @@ PREFILL: dict[str, Callable[[Broker, str, str, int], None]] = {
 
 # -- workers --------------------------------------------------------------------------------
 def worker_cmd(system: str, config: str, concurrency: int) -> list[str]:
-    py = sys.executable
-    if system == "ackwise":
-        return [
-            *(py, "-m", "ackwise", "--loglevel", "WARNING", "worker"),
-            *("rabbit_tasks:ackwise_app", "--pool", config, "-c", str(concurrency)),
-        ]
-    if system == "celery":
-        return [
-            *(py, "-m", "celery", "-A", "rabbit_tasks:celery_app", "worker", "-l", "WARNING"),
-            *("-P", config, "-c", str(concurrency), "--prefetch-multiplier", "1"),
-            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-        ]
-    if system == "dramatiq":
-        return [
-            *(py, "-m", "dramatiq", "rabbit_tasks:dramatiq_broker", "--processes", "1"),
-            *("--threads", str(concurrency), "--skip-logging"),
-        ]
-    raise ValueError(system)
+    return _common.worker_cmd("rabbit_tasks", system, config, concurrency)
 
 
 def start_worker(
@@ -532,7 +500,7 @@ def render(
         f"run(s) per cell, {args.tasks:,} tasks; {elapsed / 60:.1f} min.",
         "",
         f"Machine: {platform.python_implementation()} {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs ({embedded._cpu_model()}), {platform.system()} "
+        f"{os.cpu_count()} CPUs ({embedded.cpu_model()}), {platform.system()} "
         f"{platform.release()}; load average {load[0]:.2f} at the start, {load[1]:.2f} at the end.",
         "",
         f"Broker: RabbitMQ {b.version}, {b.where}.",
@@ -541,16 +509,8 @@ def render(
         "",
         f"Rerun: `{command}`",
         "",
-        "## Enqueue, one producer thread (tasks/s, median)",
-        "",
-        "| system | how | tasks/s | runs |",
-        "|---|---|---:|---|",
+        *_common.enqueue_table(cells, "one producer thread"),
     ]
-    for c in cells:
-        if c.kind == "enqueue" and c.values:
-            lines.append(
-                f"| {c.system} | {c.config} | {_common.fmt(c.median)} | {_common.runs(c.values)} |"
-            )
     lines += [
         "",
         f"## Drain, {args.tasks:,} no-op tasks, one worker process (tasks started/s, median)",
@@ -565,21 +525,7 @@ def render(
                 f"{_common.fmt(c.median_of(c.cpu))} | {_common.fmt(c.median_of(c.extra))} | "
                 f"{_common.runs(c.values)} |"
             )
-    lines += [
-        "",
-        f"## Enqueue -> start latency at a steady {_common.RATE:.0f} tasks/s, concurrency 1 "
-        "(ms, median of runs)",
-        "",
-        "| system | config | p50 | p99 | runs (p50 / p99) |",
-        "|---|---|---:|---:|---|",
-    ]
-    for c in cells:
-        if c.kind == "latency" and c.values:
-            lines.append(
-                f"| {c.system} | {c.config} | {c.median:.2f} | {statistics.median(c.extra):.2f} | "
-                + ", ".join(f"{a:.2f} / {p:.2f}" for a, p in zip(c.values, c.extra, strict=True))
-                + " |"
-            )
+    lines += _common.latency_table(cells)
     ratios = _ratio_rows(cells)
     if ratios:
         lines += [
@@ -613,7 +559,7 @@ METHOD = """
 - **Enqueue**: one producer thread, up to the task count or 5 s, after one untimed call that
   connects and declares. The floor is a pika `BlockingChannel` in confirm mode publishing the
   ackwise envelope's bytes (`mandatory`, persistent), one confirm per message.
-- **Drain** (PEERS.md): the queue is pre-filled (not timed: ackwise with `send_many`; Celery and
+- **Drain**: the queue is pre-filled (not timed: ackwise with `send_many`; Celery and
   Dramatiq by copying one message their own call published, with fresh task / message ids),
   then ONE worker process: `python -m ackwise worker rabbit_tasks:ackwise_app --pool threads -c
   N` (late ack, default automatic prefetch: 4 x N up to 64 while tasks are short); `celery worker -P prefork -c 1` / `-P threads -c 8`
@@ -632,50 +578,23 @@ METHOD = """
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--tasks", type=int, default=20_000)
-    parser.add_argument("--out", default=str(BENCH_DIR / "results-rabbitmq.md"))
-    parser.add_argument("--only", default="", help="comma-separated prefixes of cell keys")
-    args = parser.parse_args()
-    command = " ".join(
-        ["uv run --group bench python bench/rabbitmq.py", shlex.join(sys.argv[1:])]
-    ).strip()
+    args, command = _common.parse_args(
+        __doc__.splitlines()[0], "rabbitmq.py", "results-rabbitmq.md"
+    )
     cells = _common.select(plan(), args.only)
     started = time.monotonic()
     load_start = os.getloadavg()[0]
     tree_start = _common.tree_state()
-    head_start = embedded._git("rev-parse", "HEAD")
+    head_start = embedded.git("rev-parse", "HEAD")
     with tempfile.TemporaryDirectory(prefix="ackwise-bench-rabbitmq-") as tmp:
         broker = Broker(Path(tmp) / "rabbitmq")
         print(f"RabbitMQ {broker.version}: {broker.where}", file=sys.stderr, flush=True)
         try:
-            for run in range(1, args.runs + 1):
-                for c in cells:
-                    cell_dir = Path(tmp) / f"{c.key}-{run}"
-                    cell_dir.mkdir()
-                    t = time.monotonic()
-                    result = c.run(broker, cell_dir, args.tasks)
-                    if c.kind == "drain":
-                        drained, broker_us = result
-                        shown = _common.record_drain(c, drained, broker_us, run, args.tasks)
-                    elif c.kind == "latency":
-                        p50, p99, rate = result
-                        c.values.append(p50)
-                        c.extra.append(p99)
-                        shown = f"p50 {p50:.2f} ms p99 {p99:.2f} ms (sent at {rate:.0f}/s)"
-                    else:
-                        c.values.append(result)
-                        shown = f"{result:,.0f}/s"
-                    print(
-                        f"run {run} {c.key:<26} {shown}  ({time.monotonic() - t:.1f}s)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+            _common.run_cells(cells, broker, Path(tmp), args.runs, args.tasks, width=26)
         finally:
             broker.stop()
     load = (load_start, os.getloadavg()[0])
-    if cells and (_common.tree_state(), embedded._git("rev-parse", "HEAD")) != (
+    if cells and (_common.tree_state(), embedded.git("rev-parse", "HEAD")) != (
         tree_start,
         head_start,
     ):

@@ -19,33 +19,27 @@ explained by a fault injected at that time, or the run fails.  See ``bench/READM
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
-
-BENCH_DIR = Path(__file__).resolve().parent
-# bench/ holds redis.py and friends, which would shadow redis-py: keep it off the path.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
-sys.path.insert(0, str(BENCH_DIR / "soakbench"))
-
-import argparse  # noqa: E402
-import datetime as dt  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
-import shlex  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
-from contextlib import suppress  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any
 
 for _name, _value in (  # moto takes any credentials; the workers inherit these
     ("AWS_ACCESS_KEY_ID", "testing"),
@@ -54,8 +48,8 @@ for _name, _value in (  # moto takes any credentials; the workers inherit these
 ):
     os.environ.setdefault(_name, _value)
 
-import soak_check  # noqa: E402
-from soak_check import (  # noqa: E402
+from soakbench import soak_check  # noqa: E402
+from soakbench.soak_check import (  # noqa: E402
     CUT,
     EXECUTOR_KILL,
     RESTART,
@@ -70,6 +64,7 @@ from ackwise_conformance.journal import record  # noqa: E402
 from ackwise_conformance.proxy import FaultProxy  # noqa: E402
 from ackwise_conformance.workload import MAX_DELIVERIES, build_app, task_name  # noqa: E402
 
+BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 BROKERS = ("sqlite", "redis", "rabbitmq", "sqs")
 MODES = {"early": Ack.EARLY, "late": Ack.LATE, "reject_on_lost": Ack.REJECT_ON_LOST}
@@ -214,7 +209,7 @@ class Fleet:
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [*cmd, *self.args, "--pool", pool],
-                cwd=self.workdir,  # not bench/: its redis.py would shadow redis-py
+                cwd=self.workdir,
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -14,25 +14,21 @@ log line each, from the worker's start to its stop).  Medians of ``--runs``.
 
 from __future__ import annotations
 
+import argparse
+import base64
+import datetime as dt
+import json
+import os
+import platform
+import shlex
 import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR / "sqsbench"))
-
-import argparse  # noqa: E402
-import base64  # noqa: E402
-import datetime as dt  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import shlex  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any
 
 for _name, _value in (
     ("AWS_ACCESS_KEY_ID", "testing"),
@@ -41,20 +37,21 @@ for _name, _value in (
 ):
     os.environ.setdefault(_name, _value)
 
-import _common  # noqa: E402  (embedded.Drain, startlog, CPU sampling: the method of redis.py)
+import _common  # noqa: E402  (embedded.Drain, startlog, CPU sampling: the shared method)
 import boto3  # noqa: E402
 import embedded  # noqa: E402
-import sqs_tasks  # noqa: E402
 from _common import Cell, Drain  # noqa: E402
+from sqsbench import sqs_tasks  # noqa: E402
 
 from ackwise_conformance.brokers import provide  # noqa: E402
 
+BENCH_DIR = Path(__file__).resolve().parent
 #: Enqueue cells stop after this many seconds even when not all tasks were sent.
 ENQUEUE_CAP = 5.0
 PREFILL_BATCH = 500
 #: ackwise's worker settings in every drain: its defaults.
 ACKWISE = "late ack, prefetch auto (4 x c, up to 64 while tasks are short)"
-WORKER_ENV = {"PYTHONPATH": str(BENCH_DIR / "sqsbench")}
+WORKER_ENV = _common.worker_env("sqsbench")
 
 
 # -- the broker -----------------------------------------------------------------------------
@@ -70,6 +67,8 @@ class Broker:
         self.port: int = self.handle.port
         self.url: str = self.handle.url
         self.celery_url = f"sqs://testing:testing@127.0.0.1:{self.port}"
+        # Private: BrokerHandle (ackwise_conformance) exposes neither moto's process (its CPU is
+        # sampled) nor its request log (API calls are counted there).
         self.pid: int = self.handle._server.proc.pid
         self._log: Path = self.handle._server.log_path
         self._read = 0
@@ -303,15 +302,6 @@ def _ratio(cells: dict[str, SQSCell], mine: str, peers: list[str]) -> str:
     )
 
 
-def _rows(cells: list[SQSCell], kind: str, figures: Callable[[SQSCell], list[str]]) -> list[str]:
-    """The table rows of the measured cells of one kind: system, configuration, figures."""
-    return [
-        "| " + " | ".join([c.system, c.config, *figures(c)]) + " |"
-        for c in cells
-        if c.kind == kind and c.values
-    ]
-
-
 def render(
     cells: list[SQSCell], args: argparse.Namespace, took: float, where: str, git: str
 ) -> str:
@@ -335,7 +325,7 @@ def render(
         "| system | how | tasks/s | API calls/task | runs |",
         "|---|---|---:|---:|---|",
     ]
-    lines += _rows(
+    lines += _common.rows(
         cells,
         "enqueue",
         lambda c: [f"{c.median:,.0f}", f"{c.median_of(c.calls) or 0:.2f}", _common.runs(c.values)],
@@ -352,7 +342,7 @@ def render(
         "calls/task | runs (tasks/s) |",
         "|---|---|---:|---:|---:|---:|---|",
     ]
-    lines += _rows(
+    lines += _common.rows(
         cells,
         "drain",
         lambda c: [
@@ -431,7 +421,7 @@ def main() -> int:
                     print(f"run {run} {c.key}: {shown}", flush=True)
         finally:
             b.stop()
-    git = embedded._git("rev-parse", "--short", "HEAD") + _common.tree_state()
+    git = embedded.git("rev-parse", "--short", "HEAD") + _common.tree_state()
     text = render(cells, args, time.monotonic() - started, where, git)  # type: ignore[arg-type]
     Path(args.out).write_text(text)
     print(text)

@@ -32,6 +32,21 @@ def mark() -> None:
     _append(_now())
 
 
+def record(sent: float = 0.0) -> None:
+    """The no-op task's body where it also measures latency (the Redis and RabbitMQ benchmarks).
+
+    Without ``sent`` it records the start time (drain cells); with ``sent`` (the producer's
+    ``time.time()`` just before the enqueue call), the enqueue -> start latency; warm-up tasks
+    pass ``sent=-1``, recorded as -1 (ignored).
+    """
+    if sent == 0.0:
+        _append(_now())  # drain: the start time
+    elif sent > 0:
+        _append(_now() - sent)  # latency: enqueue -> start
+    else:
+        _append(-1.0)  # warm-up marker
+
+
 def reset() -> None:
     del starts[:]
 

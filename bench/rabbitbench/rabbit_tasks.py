@@ -1,50 +1,27 @@
 """The tasks of ``bench/rabbitmq.py``: one no-op task per system, all on one RabbitMQ node.
 
-Every worker imports this module (``PYTHONPATH=bench/rabbitbench``); the broker URL and the
-queue name come from ``$RABBIT_BENCH_URL`` and ``$RABBIT_BENCH_QUEUE``.  The task body is
-``record(sent)``, as in ``bench/redisbench/redis_tasks.py``: without ``sent`` it records the
-start time (drain cells); with ``sent`` (the producer's ``time.time()`` just before the enqueue
-call) the enqueue -> start latency; warm-up tasks pass ``sent=-1`` and are ignored.
+Every worker imports this module (``bench/rabbitbench`` and ``bench/`` on ``PYTHONPATH``); the
+broker URL and the queue name come from ``$RABBIT_BENCH_URL`` and ``$RABBIT_BENCH_QUEUE``.  The
+task body is ``startlog.record(sent)``, as in ``bench/redisbench/redis_tasks.py``: without
+``sent`` it records the start time (drain cells); with ``sent`` (the producer's ``time.time()``
+just before the enqueue call) the enqueue -> start latency; warm-up tasks pass ``sent=-1`` and
+are ignored.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-import time
-from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # startlog lives in bench/
-
-import startlog
+import peer_tasks
+from startlog import record
 
 URL = os.environ.get("RABBIT_BENCH_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 QUEUE = os.environ.get("RABBIT_BENCH_QUEUE", "bench")
-_now = time.time
-_append = startlog.starts.append
-
-
-def record(sent: float = 0.0) -> None:
-    if sent == 0.0:
-        _append(_now())  # drain: the start time
-    elif sent > 0:
-        _append(_now() - sent)  # latency: enqueue -> start
-    else:
-        _append(-1.0)  # warm-up marker
 
 
 # -- ackwise (publisher confirms always on; quorum queue unless ?queue_type=classic) --------
 def make_ackwise_app(url: str = URL, queue: str = QUEUE):  # type: ignore[no-untyped-def]
-    import ackwise
-
-    app = ackwise.App("bench", broker=url)
-
-    @app.task(name="bench.noop", queue=queue)  # Ack.LATE, the default
-    def noop(sent: float = 0.0) -> None:
-        record(sent)
-
-    app.bench_noop = noop
-    return app
+    return peer_tasks.make_ackwise_app(url, queue)
 
 
 # -- Celery (py-amqp transport; classic durable queue, its default) --------------------------

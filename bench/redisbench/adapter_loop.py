@@ -1,4 +1,4 @@
-"""Diagnostic consumer for ``bench/redis.py``: the Redis adapter alone, without the worker.
+"""Diagnostic consumer for ``bench/redis_peers.py``: the Redis adapter alone, without the worker.
 
 Loops ``receive(max_messages=4, wait=1.0)`` and ``ack`` on ``$REDIS_BENCH_QUEUE``; each body is
 the producer's ``time.time()`` taken just before its publish call, so the recorded value is
@@ -8,11 +8,7 @@ the enqueue -> received latency of the adapter and Redis alone (no executor hand
 from __future__ import annotations
 
 import os
-import sys
 import time
-from pathlib import Path
-
-sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 import startlog
 

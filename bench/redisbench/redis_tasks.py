@@ -1,51 +1,27 @@
-"""The tasks of ``bench/redis.py``: one no-op task per system, all on one Redis.
+"""The tasks of ``bench/redis_peers.py``: one no-op task per system, all on one Redis.
 
-Every worker imports this module (``PYTHONPATH=bench/redisbench``); the Redis URL and the
-queue name come from ``$REDIS_BENCH_URL`` and ``$REDIS_BENCH_QUEUE``.  The task body is
-``record(sent)``: without ``sent`` it records the start time (drain cells); with ``sent`` (a
-``time.time()`` taken by the producer just before the enqueue call) it records the
-enqueue -> start latency (latency cells); warm-up tasks pass ``sent=-1`` and are ignored.
+Every worker imports this module (``bench/redisbench`` and ``bench/`` on ``PYTHONPATH``); the
+Redis URL and the queue name come from ``$REDIS_BENCH_URL`` and ``$REDIS_BENCH_QUEUE``.  The
+task body is ``startlog.record(sent)``: without ``sent`` it records the start time (drain
+cells); with ``sent`` (a ``time.time()`` taken by the producer just before the enqueue call) it
+records the enqueue -> start latency (latency cells); warm-up tasks pass ``sent=-1`` and are
+ignored.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-import time
-from pathlib import Path
 
-# startlog lives in bench/; appended (never prepended): bench/redis.py must not shadow redis-py.
-sys.path.append(str(Path(__file__).resolve().parents[1]))
-
-import startlog
+import peer_tasks
+from startlog import record
 
 URL = os.environ.get("REDIS_BENCH_URL", "redis://127.0.0.1:6379/15")
 QUEUE = os.environ.get("REDIS_BENCH_QUEUE", "bench")
-_now = time.time
-_append = startlog.starts.append
-
-
-def record(sent: float = 0.0) -> None:
-    if sent == 0.0:
-        _append(_now())  # drain: the start time
-    elif sent > 0:
-        _append(_now() - sent)  # latency: enqueue -> start
-    else:
-        _append(-1.0)  # warm-up marker
 
 
 # -- ackwise -------------------------------------------------------------------------------
 def make_ackwise_app(url: str = URL, queue: str = QUEUE):  # type: ignore[no-untyped-def]
-    import ackwise
-
-    app = ackwise.App("bench", broker=url)
-
-    @app.task(name="bench.noop", queue=queue)  # Ack.LATE, the default
-    def noop(sent: float = 0.0) -> None:
-        record(sent)
-
-    app.bench_noop = noop
-    return app
+    return peer_tasks.make_ackwise_app(url, queue)
 
 
 # -- Celery --------------------------------------------------------------------------------

@@ -744,6 +744,8 @@ def _marker(t: float) -> Execution:
 
 
 # -- what the worker logs say ----------------------------------------------------------------
+# The logger is named after the worker's (private) module, ``ackwise._worker``: the log lines
+# carry that name, and there is no public one to match instead.
 _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) WARNING ackwise\._worker: "
 _STALE = re.compile(
     _STAMP + r"stale receipt on (.+?) of message (\S+) \(queue \S+, attempt (\d+)\)"

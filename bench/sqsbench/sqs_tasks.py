@@ -1,20 +1,17 @@
 """The tasks of ``bench/sqs.py``: one no-op task for ackwise and one for Celery, on one moto.
 
-Every worker imports this module (``PYTHONPATH=bench/sqsbench``); the system, the URL and the
-queue come from ``$SQS_BENCH_SYSTEM``, ``$SQS_BENCH_URL`` and ``$SQS_BENCH_QUEUE``; Celery's
-configuration (ack mode, prefetch) from ``$SQS_BENCH_CELERY_LATE`` and
-``$SQS_BENCH_CELERY_PREFETCH``.  The task body records its start time with ``startlog`` (one
-``time.time()`` and one ``list.append``; a thread flushes them to ``$BENCH_STARTS_DIR``), as in
-the other benchmarks, so the driver follows the drain without asking SQS anything.
+Every worker imports this module (``bench/sqsbench`` and ``bench/`` on ``PYTHONPATH``); the
+system, the URL and the queue come from ``$SQS_BENCH_SYSTEM``, ``$SQS_BENCH_URL`` and
+``$SQS_BENCH_QUEUE``; Celery's configuration (ack mode, prefetch) from
+``$SQS_BENCH_CELERY_LATE`` and ``$SQS_BENCH_CELERY_PREFETCH``.  The task body records its start
+time with ``startlog`` (one ``time.time()`` and one ``list.append``; a thread flushes them to
+``$BENCH_STARTS_DIR``), as in the other benchmarks, so the driver follows the drain without
+asking SQS anything.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
-
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # startlog lives in bench/
 
 import startlog
 

@@ -1,64 +1,42 @@
 """Redis benchmark: ackwise vs Celery, Dramatiq and Taskiq (and a raw redis-py LPUSH loop), in one
 run, on one private redis-server.  See ``bench/README.md`` for the method.
 
-    uv run --group bench python bench/redis.py [--runs 3] [--tasks 20000]
-                                               [--out bench/results-redis.md] [--only PREFIXES]
+    uv run --group bench python bench/redis_peers.py [--runs 3] [--tasks 20000]
+                                                     [--out bench/results-redis.md] [--only PREFIXES]
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import base64
+import datetime as dt
+import json
 import os
+import platform
+import statistics
 import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import _common  # embedded.Drain, startlog, CPU sampling: the shared method
+import embedded
+import redis
+from _common import Cell, Drain
+from redisbench import redis_tasks
+
+from ackwise_conformance.brokers import provide
 
 BENCH_DIR = Path(__file__).resolve().parent
-# This file is named redis.py: keep its directory off the front of sys.path, or ``import redis``
-# (redis-py) would import this script.  The worker-side modules live in bench/redisbench/.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
-sys.path.insert(0, str(BENCH_DIR / "redisbench"))
-import redis  # noqa: E402  (redis-py, cached before bench/ is searched)
-
-sys.path.append(str(BENCH_DIR))
-
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import base64  # noqa: E402
-import datetime as dt  # noqa: E402
-import importlib.metadata  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import shlex  # noqa: E402
-import signal  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
-
-# The drain figures, CPU sampling and follow loop of the embedded benchmark (same method).
-import embedded  # noqa: E402
-import startlog  # noqa: E402
-
-from ackwise_conformance.brokers import provide  # noqa: E402
-
-if sys.path[0] == str(BENCH_DIR):  # embedded.py puts bench/ first again
-    sys.path.pop(0)
-import redis_tasks  # noqa: E402
-
-Drain = embedded.Drain
-WINDOW = embedded.WINDOW
 #: Enqueue cells stop after this many seconds even when not all tasks were sent.
 ENQUEUE_CAP = 5.0
 BATCH = 500
-#: Latency cells: steady rate, measured tasks, warm-up tasks.
-RATE = 200.0
-LAT_TASKS = 1000
-LAT_WARMUP = 20
 
-WORKER_ENV = {"PYTHONPATH": str(BENCH_DIR / "redisbench")}
+WORKER_ENV = _common.worker_env("redisbench")
 
 
 # -- the broker -----------------------------------------------------------------------------
@@ -79,26 +57,6 @@ class Server:
 
 
 # -- enqueue --------------------------------------------------------------------------------
-def _timed(send: Callable[[], int], tasks: int) -> float:
-    sent = 0
-    start = time.perf_counter()
-    deadline = start + ENQUEUE_CAP
-    while sent < tasks:
-        sent += send()
-        if time.perf_counter() > deadline:
-            break
-    return sent / (time.perf_counter() - start)
-
-
-def _hundred(call: Callable[[], Any]) -> Callable[[], int]:
-    def send() -> int:
-        for _ in range(100):
-            call()
-        return 100
-
-    return send
-
-
 def enq_raw(url: str, queue: str, tasks: int) -> float:
     """The floor: one redis-py LPUSH per call of a body the size of an ackwise envelope."""
     app = redis_tasks.make_ackwise_app(url, queue)
@@ -107,7 +65,7 @@ def enq_raw(url: str, queue: str, tasks: int) -> float:
     r = redis.Redis.from_url(url)
     r.ping()
     try:
-        return _timed(_hundred(lambda: r.lpush(queue, body)), tasks)
+        return _common.timed(_common.hundred(lambda: r.lpush(queue, body)), tasks, ENQUEUE_CAP)
     finally:
         r.close()
 
@@ -125,26 +83,14 @@ def _sample_envelope(app: Any) -> bytes:
 
 def enq_ackwise(url: str, queue: str, tasks: int, batch: int | None) -> float:
     app = redis_tasks.make_ackwise_app(url, queue)
-    noop = app.bench_noop
-    noop.delay()  # connect and declare: not timed
-    try:
-        if batch is None:
-            return _timed(_hundred(noop.delay), tasks)
-
-        def many() -> int:
-            app.send_many([noop.s() for _ in range(batch)])
-            return batch
-
-        return _timed(many, tasks)
-    finally:
-        app.close()
+    return _common.enqueue_ackwise(app, tasks, batch, ENQUEUE_CAP)
 
 
 def enq_celery(url: str, queue: str, tasks: int) -> float:
     app = redis_tasks.make_celery_app(url, queue)
     noop = app.bench_noop
     noop.delay()
-    return _timed(_hundred(noop.delay), tasks)
+    return _common.timed(_common.hundred(noop.delay), tasks, ENQUEUE_CAP)
 
 
 def enq_dramatiq(url: str, queue: str, tasks: int) -> float:
@@ -152,7 +98,7 @@ def enq_dramatiq(url: str, queue: str, tasks: int) -> float:
     noop = broker.bench_noop
     noop.send()
     try:
-        return _timed(_hundred(noop.send), tasks)
+        return _common.timed(_common.hundred(noop.send), tasks, ENQUEUE_CAP)
     finally:
         broker.close()
 
@@ -234,22 +180,6 @@ def prefill_taskiq(url: str, queue: str, tasks: int) -> None:
 # -- workers --------------------------------------------------------------------------------
 def worker_cmd(system: str, config: str, concurrency: int) -> list[str]:
     py = sys.executable
-    if system == "ackwise":
-        return [
-            *(py, "-m", "ackwise", "--loglevel", "WARNING", "worker"),
-            *("redis_tasks:ackwise_app", "--pool", config, "-c", str(concurrency)),
-        ]
-    if system == "celery":
-        return [
-            *(py, "-m", "celery", "-A", "redis_tasks:celery_app", "worker", "-l", "WARNING"),
-            *("-P", config, "-c", str(concurrency), "--prefetch-multiplier", "1"),
-            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-        ]
-    if system == "dramatiq":
-        return [
-            *(py, "-m", "dramatiq", "redis_tasks:dramatiq_broker", "--processes", "1"),
-            *("--threads", str(concurrency), "--skip-logging"),
-        ]
     if system == "ackwise-adapter":  # diagnostic: the adapter's receive loop, no worker
         return [py, str(BENCH_DIR / "redisbench" / "adapter_loop.py")]
     if system == "taskiq":
@@ -258,83 +188,32 @@ def worker_cmd(system: str, config: str, concurrency: int) -> list[str]:
             *("--max-async-tasks", str(concurrency), "--ack-type", "when_executed"),
             *("--log-level", "WARNING"),
         ]
-    raise ValueError(system)
+    return _common.worker_cmd("redis_tasks", system, config, concurrency)
 
 
 def start_worker(
     system: str, config: str, concurrency: int, url: str, queue: str, cell: Path
-) -> tuple[subprocess.Popen[bytes], Path, Path]:
-    starts = cell / "starts"
-    starts.mkdir(parents=True)
-    env = dict(os.environ)
-    env.update(WORKER_ENV)
-    env.update(
-        REDIS_BENCH_URL=url,
-        REDIS_BENCH_QUEUE=queue,
-        REDIS_BENCH_SYSTEM=system,
-        BENCH_STARTS_DIR=str(starts),
-    )
-    log_path = cell / "worker.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            worker_cmd(system, config, concurrency),
-            cwd=cell,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    return proc, starts, log_path
-
-
-def stop_worker(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, a few seconds' grace, then SIGKILL the whole process group (pool children).
-
-    Everything measured was flushed to the starts directory before this is called.
-    """
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+) -> _common.WorkerProc:
+    env = dict(WORKER_ENV)
+    env.update(REDIS_BENCH_URL=url, REDIS_BENCH_QUEUE=queue, REDIS_BENCH_SYSTEM=system)
+    return _common.start_worker(worker_cmd(system, config, concurrency), env, cell)
 
 
 def drain(
     server: Server, system: str, config: str, concurrency: int, tasks: int, cell: Path
-) -> Drain:
+) -> tuple[Drain, None]:
     server.flush()
     queue = f"drain-{uuid.uuid4().hex[:8]}"
     PREFILL[system](server.url, queue, tasks)
-    proc, starts, log_path = start_worker(system, config, concurrency, server.url, queue, cell)
-    try:
-        with embedded.CpuSampler(proc.pid) as sampler:
-            embedded._follow(
-                lambda: startlog.count_dir(str(starts)),
-                tasks,
-                lambda: proc.poll() is None,
-                f"{system} {config} x{concurrency}",
-            )
-            time.sleep(3 * startlog.FLUSH_EVERY)
-    except BaseException:
-        sys.stderr.write(log_path.read_text(errors="replace")[-3000:])
-        raise
-    finally:
-        stop_worker(proc)
-    result = embedded.drain_figures(startlog.read_dir(str(starts)), sampler.samples)
+    w = start_worker(system, config, concurrency, server.url, queue, cell)
+    result, _ = _common.follow_drain(w, tasks, f"{system} {config} x{concurrency}")
     if system == "ackwise":
         adapter = redis_tasks.make_ackwise_app(server.url, queue).adapter()
         adapter.open()
         st = adapter.stats(queue)
         adapter.close()
         result.left = st.ready + st.delayed + st.in_flight
-    return result
+    return result, None  # the broker's CPU is not sampled here
 
 
 PREFILL: dict[str, Callable[[str, str, int], None]] = {
@@ -390,73 +269,19 @@ class _Sender:
             self.loop.close()
 
 
-def latency(server: Server, system: str, config: str, cell: Path) -> tuple[float, float, float]:
+def latency(server: Server, system: str, config: str, cell: Path) -> tuple[float, ...]:
     """Return (p50 ms, p99 ms, achieved send rate) at a steady RATE, concurrency 1."""
     server.flush()
     queue = f"lat-{uuid.uuid4().hex[:8]}"
     sender = _Sender(system, server.url, queue)
-    proc, starts, log_path = start_worker(system, config, 1, server.url, queue, cell)
     try:
-        # Warm up: until the worker runs tasks, then LAT_WARMUP more.
-        deadline = time.monotonic() + 60
-        while startlog.count_dir(str(starts)) == 0:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"{system}: the worker did not start tasks")
-            sender.send(-1.0)
-            time.sleep(0.1)
-        for _ in range(LAT_WARMUP):
-            sender.send(-1.0)
-            time.sleep(1 / RATE)
-        warm = startlog.count_dir(str(starts))
-        time.sleep(0.2)
-        warm = startlog.count_dir(str(starts))
-        step = 1.0 / RATE
-        t0 = time.perf_counter() + 0.01
-        for i in range(LAT_TASKS):
-            target = t0 + i * step
-            while (pause := target - time.perf_counter()) > 0:
-                time.sleep(pause)
-            sender.send(time.time())
-        rate = LAT_TASKS / (time.perf_counter() - t0)
-        embedded._follow(
-            lambda: startlog.count_dir(str(starts)) - warm,
-            LAT_TASKS,
-            lambda: proc.poll() is None,
-            f"{system} latency",
-        )
-        time.sleep(3 * startlog.FLUSH_EVERY)
-    except BaseException:
-        sys.stderr.write(log_path.read_text(errors="replace")[-3000:])
-        raise
+        w = start_worker(system, config, 1, server.url, queue, cell)
+        return _common.measure_latency(w, sender.send, f"{system} latency")
     finally:
-        stop_worker(proc)
         sender.close()
-    values = sorted(v for v in startlog.read_dir(str(starts)) if v >= 0)
-    if len(values) < LAT_TASKS * 0.99:
-        raise RuntimeError(f"{system}: only {len(values)} latency samples")
-    p50 = values[len(values) // 2] * 1000
-    p99 = values[min(len(values) - 1, int(len(values) * 0.99))] * 1000
-    return p50, p99, rate
 
 
 # -- the plan -------------------------------------------------------------------------------
-@dataclass
-class Cell:
-    key: str
-    kind: str  # enqueue, drain, latency
-    system: str
-    config: str
-    run: Callable[[Server, Path, int], Any]
-    values: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
-    p99: list[float] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.values)
-
-
 def plan() -> list[Cell]:
     def q() -> str:
         return f"enq-{uuid.uuid4().hex[:8]}"
@@ -518,17 +343,6 @@ def plan() -> list[Cell]:
 
 
 # -- report ---------------------------------------------------------------------------------
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "?"
-
-
-def _fmt(x: float) -> str:
-    return f"{x:,.0f}"
-
-
 def render(
     cells: list[Cell], args: argparse.Namespace, command: str, elapsed: float, server: str
 ) -> str:
@@ -537,13 +351,13 @@ def render(
         "# Redis benchmark: ackwise vs Celery, Dramatiq, Taskiq (same run, same Redis)",
         "",
         f"Run {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}, git "
-        f"{embedded._git('rev-parse', '--short', 'HEAD')}, {platform.python_implementation()} "
-        f"{platform.python_version()}, {os.cpu_count()} CPUs ({embedded._cpu_model()}), "
+        f"{embedded.git('rev-parse', '--short', 'HEAD')}, {platform.python_implementation()} "
+        f"{platform.python_version()}, {os.cpu_count()} CPUs ({embedded.cpu_model()}), "
         f"{server}; {args.runs} run(s) per cell, {args.tasks:,} tasks, {elapsed / 60:.1f} min.",
         "",
         "Versions: "
         + ", ".join(
-            f"{d} {_version(d)}"
+            f"{d} {_common.version(d)}"
             for d in (
                 "ackwise",
                 "redis",
@@ -558,18 +372,8 @@ def render(
         "",
         f"Rerun: `{command}`",
         "",
-        "## Enqueue, one producer (tasks/s, median)",
-        "",
-        "| system | how | tasks/s | runs |",
-        "|---|---|---:|---|",
+        *_common.enqueue_table(cells, "one producer"),
     ]
-    for c in cells:
-        if c.kind == "enqueue" and c.values:
-            lines.append(
-                f"| {c.system} | {c.config} | {_fmt(c.median)} | "
-                + ", ".join(_fmt(v) for v in c.values)
-                + " |"
-            )
     lines += [
         "",
         "## Drain, 20,000 no-op tasks, one worker process (tasks started/s, median)",
@@ -579,26 +383,12 @@ def render(
     ]
     for c in cells:
         if c.kind == "drain" and c.values:
-            cpu = f"{statistics.median(c.cpu):,.0f}" if c.cpu else "?"
+            cpu = c.median_of(c.cpu)
             lines.append(
-                f"| {c.system} | {c.config} | {_fmt(c.median)} | {cpu} | "
-                + ", ".join(_fmt(v) for v in c.values)
-                + " |"
+                f"| {c.system} | {c.config} | {_common.fmt(c.median)} | "
+                f"{'?' if cpu is None else _common.fmt(cpu)} | {_common.runs(c.values)} |"
             )
-    lines += [
-        "",
-        f"## Enqueue -> start latency at a steady {RATE:.0f} tasks/s, concurrency 1 (ms, median of runs)",
-        "",
-        "| system | config | p50 | p99 | runs (p50 / p99) |",
-        "|---|---|---:|---:|---|",
-    ]
-    for c in cells:
-        if c.kind == "latency" and c.values:
-            lines.append(
-                f"| {c.system} | {c.config} | {c.median:.2f} | {statistics.median(c.p99):.2f} | "
-                + ", ".join(f"{a:.2f} / {b:.2f}" for a, b in zip(c.values, c.p99, strict=True))
-                + " |"
-            )
+    lines += _common.latency_table(cells)
     lines += [
         "",
         "## Targets (issue 4)",
@@ -613,8 +403,8 @@ def render(
         a = by[num]
         dens = [by[d] for d in den if d in by]
         if lower:
-            best = min(dens, key=lambda c: statistics.median(c.p99))
-            av, bv = statistics.median(a.p99), statistics.median(best.p99)
+            best = min(dens, key=lambda c: statistics.median(c.extra))
+            av, bv = statistics.median(a.extra), statistics.median(best.extra)
             r = av / bv
             ok = av < bv
             lines.append(
@@ -625,7 +415,7 @@ def render(
         best = max(dens, key=lambda c: c.median)
         r = a.median / best.median
         lines.append(
-            f"| {name} | ackwise {_fmt(a.median)} vs {best.system} {_fmt(best.median)} | "
+            f"| {name} | ackwise {_common.fmt(a.median)} vs {best.system} {_common.fmt(best.median)} | "
             f"{r:.2f}x | {'yes' if r >= want else 'NO'} (>= {want}x) |"
         )
 
@@ -657,19 +447,10 @@ def render(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--tasks", type=int, default=20_000)
-    parser.add_argument("--out", default=str(BENCH_DIR / "results-redis.md"))
-    parser.add_argument("--only", default="", help="comma-separated prefixes of cell keys")
-    args = parser.parse_args()
-    command = " ".join(
-        ["uv run --group bench python bench/redis.py", shlex.join(sys.argv[1:])]
-    ).strip()
-    cells = plan()
-    if args.only:
-        prefixes = [p.strip() for p in args.only.split(",") if p.strip()]
-        cells = [c for c in cells if any(c.key.startswith(p) for p in prefixes)]
+    args, command = _common.parse_args(
+        __doc__.splitlines()[0], "redis_peers.py", "results-redis.md"
+    )
+    cells = _common.select(plan(), args.only)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ackwise-bench-redis-") as tmp:
         server = Server(Path(tmp) / "redis")
@@ -679,40 +460,7 @@ def main() -> int:
             f"(no persistence; flushed between cells)"
         )
         try:
-            for run in range(1, args.runs + 1):
-                for c in cells:
-                    cell_dir = Path(tmp) / f"{c.key}-{run}"
-                    cell_dir.mkdir()
-                    t = time.monotonic()
-                    result = c.run(server, cell_dir, args.tasks)
-                    if isinstance(result, Drain):
-                        c.values.append(result.rate)
-                        if result.cpu_us is not None:
-                            c.cpu.append(result.cpu_us)
-                        if result.started > args.tasks:
-                            c.notes.append(
-                                f"{c.key} run {run}: {result.started} starts for "
-                                f"{args.tasks} tasks (duplicates)"
-                            )
-                        if result.left is not None and result.left != args.tasks - result.started:
-                            c.notes.append(
-                                f"{c.key} run {run}: {result.left} left in the queue, "
-                                f"{args.tasks - result.started} never started"
-                            )
-                        shown = f"{result.rate:,.0f}/s cpu {result.cpu_us or 0:.0f}µs"
-                    elif isinstance(result, tuple):
-                        p50, p99, rate = result
-                        c.values.append(p50)
-                        c.p99.append(p99)
-                        shown = f"p50 {p50:.2f} ms p99 {p99:.2f} ms (sent at {rate:.0f}/s)"
-                    else:
-                        c.values.append(result)
-                        shown = f"{result:,.0f}/s"
-                    print(
-                        f"run {run} {c.key:<22} {shown}  ({time.monotonic() - t:.1f}s)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+            _common.run_cells(cells, server, Path(tmp), args.runs, args.tasks, width=22)
         finally:
             server.stop()
     text = render(cells, args, command, time.monotonic() - started, where)
