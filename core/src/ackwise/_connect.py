@@ -104,7 +104,7 @@ class BrokerConnection:
             log.debug("closing the adapter failed", exc_info=True)
 
     def _check_hold_limit(self) -> None:
-        limit = self.adapter.max_hold()
+        limit = self.adapter.capabilities.max_hold
         if limit is None:
             return
         queues = set(self.queues)

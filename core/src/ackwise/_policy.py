@@ -1,6 +1,6 @@
 """Broker limits applied before anything runs: what a publish may carry, how a worker may be
 configured, how long its tasks may hold a delivery.  Read from the broker's
-:class:`~ackwise.Capabilities` (and the adapter's ``max_hold``) only."""
+:class:`~ackwise.Capabilities` only."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ class WorkerConfig:
             raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.prefetch == 0:
             self.prefetch = 4 * self.concurrency
-            self.prefetch_auto = adapter_cls.deep_prefetch
+            self.prefetch_auto = adapter_cls.capabilities.deep_prefetch
         if self.prefetch < 1:
             raise ConfigurationError(f"--prefetch must be >= 1, got {self.prefetch}")
         if not self.lease > 0:

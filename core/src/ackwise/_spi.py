@@ -75,6 +75,24 @@ class Capabilities:
     #: one call takes any number).  The worker asks for whole batches and sends late acks in
     #: whole batches, so no request goes out part-filled while the queue is busy.
     max_batch: int | None = None
+    #: Holding more than 4 x concurrency pays off while tasks are short: the broker pushes into
+    #: a consumer window that a settled message refills only a round trip later (AMQP
+    #: ``basic.qos``), or every request is a round trip that carries a few messages (SQS: 10).
+    #: The worker's default, automatic prefetch then deepens while tasks are short.  Elsewhere
+    #: the default prefetch stays 4 x concurrency (a receive already takes what is ready, and
+    #: holding more costs lease renewals).
+    deep_prefetch: bool = False
+    #: Longest a delivery may stay unsettled before the broker takes it back (``None``: no
+    #: such limit).  RabbitMQ's ``consumer_timeout`` is one (it closes the channel); as the
+    #: broker URL says it, the adapter's instance carries it (see :attr:`Adapter.capabilities`).
+    #: The worker refuses at start a task whose ``time_limit`` is longer.
+    max_hold: float | None = None
+
+    def holds_delay(self, delay: float) -> bool:
+        """Whether the broker can hold a message ``delay`` seconds before it is delivered."""
+        if delay <= 0:
+            return True
+        return self.native_delay and (self.max_delay is None or delay <= self.max_delay)
 
     def describe(self) -> dict[str, Any]:
         """Return the capabilities as plain JSON-friendly values."""
@@ -258,16 +276,12 @@ class Adapter(abc.ABC):
     mapped into :mod:`ackwise.errors` in one place and re-raised ``from`` the driver's error.
     """
 
-    capabilities: ClassVar[Capabilities]
+    #: What the broker can do and its limits: the one source of both.  Set on the class; an
+    #: adapter whose URL sets a limit (RabbitMQ's ``consumer_timeout``) replaces it on the
+    #: instance with :func:`dataclasses.replace`.
+    capabilities: Capabilities
     #: The URL scheme(s) the adapter serves; informational.
     name: ClassVar[str] = "adapter"
-    #: Holding more than 4 x concurrency pays off while tasks are short: the broker pushes into
-    #: a consumer window that a settled message refills only a round trip later (AMQP
-    #: ``basic.qos``), or every request is a round trip that carries a few messages (SQS: 10).
-    #: The worker's default, automatic prefetch then deepens while tasks are short.  Elsewhere
-    #: the default prefetch stays 4 x concurrency (a receive already takes what is ready, and
-    #: holding more costs lease renewals).
-    deep_prefetch: ClassVar[bool] = False
 
     def __init__(self, url: BrokerURL) -> None:
         self.url = url
@@ -390,14 +404,6 @@ class Adapter(abc.ABC):
         here, or the broker would send the returned messages straight back to it.
         """
 
-    def max_hold(self) -> float | None:
-        """Longest a delivery may stay unsettled before the broker takes it back, or ``None``.
-
-        RabbitMQ's ``consumer_timeout`` is such a limit (it closes the channel); the worker
-        refuses at start a task whose ``time_limit`` is longer.
-        """
-        return None
-
     def queues(self) -> Sequence[str]:
         """Names of the queues the broker knows, where it can tell (for ``ackwise stats``)."""
         raise UnsupportedCapability(self.name, "listing queues")
@@ -406,9 +412,10 @@ class Adapter(abc.ABC):
     def check_delay(self, delay: float) -> None:
         """Raise :class:`UnsupportedCapability` when the broker cannot hold ``delay``."""
         caps = self.capabilities
-        if delay > 0 and not caps.native_delay:
+        if caps.holds_delay(delay):
+            return
+        if not caps.native_delay:
             raise UnsupportedCapability(self.name, "native delay")
-        if caps.max_delay is not None and delay > caps.max_delay:
-            raise UnsupportedCapability(
-                self.name, "delay", f"{delay:.3f}s exceeds the maximum of {caps.max_delay}s"
-            )
+        raise UnsupportedCapability(
+            self.name, "delay", f"{delay:.3f}s exceeds the maximum of {caps.max_delay}s"
+        )

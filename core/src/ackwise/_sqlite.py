@@ -52,12 +52,10 @@ from typing import Any
 
 from ackwise._spi import (
     Adapter,
-    AttemptCount,
     BrokerURL,
     Capabilities,
     DeadLetter,
     Delivery,
-    LeaseExtension,
     Outgoing,
     QueueSpec,
     QueueStats,
@@ -300,16 +298,9 @@ class SQLiteAdapter(Adapter):
     """
 
     name = "sqlite"
-    capabilities = Capabilities(
-        native_delay=True,
-        max_delay=None,
-        lease_extension=LeaseExtension.PER_MESSAGE,
-        max_lease=None,
-        attempt_count=AttemptCount.EXACT,
-        native_dead_letter=True,
-        max_message_size=MAX_MESSAGE_SIZE,
-        multi_process=True,
-    )
+    # Everything natively (the defaults: unbounded delays, per-message leases, exact counts),
+    # but rows larger than MAX_MESSAGE_SIZE.
+    capabilities = Capabilities(max_message_size=MAX_MESSAGE_SIZE)
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)

@@ -76,7 +76,9 @@ letters).  :mod:`~ackwise_rabbitmq._messages` reads and writes the messages' hea
 
 from __future__ import annotations
 
-from ackwise import AttemptCount, Capabilities, LeaseExtension
+import dataclasses
+
+from ackwise import AttemptCount, BrokerURL, Capabilities, LeaseExtension
 from ackwise_rabbitmq._browse import _Browsing
 from ackwise_rabbitmq._consume import Receipt, _Consuming
 from ackwise_rabbitmq._io import _IOThread
@@ -91,9 +93,6 @@ class RabbitMQAdapter(_Browsing, _Consuming, _Publishing, _Topology, _IOThread):
     """Adapter for one RabbitMQ node (or a cluster behind one address)."""
 
     name = "rabbitmq"
-    # A quorum queue frees a window slot only once the ack went through its log: a fast
-    # worker needs a deeper window than 4 x concurrency to keep busy.
-    deep_prefetch = True
     capabilities = Capabilities(
         native_delay=True,
         max_delay=MAX_DELAY_MS / 1000.0,
@@ -106,11 +105,18 @@ class RabbitMQAdapter(_Browsing, _Consuming, _Publishing, _Topology, _IOThread):
         # AMQP cannot look at a quorum queue's head without delivering it (a delivery
         # counts), and the management API gives quorum queues no head timestamp.
         oldest_age=False,
+        # A quorum queue frees a window slot only once the ack went through its log: a fast
+        # worker needs a deeper window than 4 x concurrency to keep busy.
+        deep_prefetch=True,
     )
+
+    def __init__(self, url: BrokerURL) -> None:
+        super().__init__(url)
+        # How long the broker lets a delivery stay unacknowledged is the URL's
+        # consumer_timeout (AMQP cannot read it).
+        self.capabilities = dataclasses.replace(
+            type(self).capabilities, max_hold=self.settings.consumer_timeout
+        )
 
     def __repr__(self) -> str:
         return f"<RabbitMQAdapter {self.settings.where} {self.settings.queue_type}>"
-
-    def max_hold(self) -> float | None:
-        """The broker's ``consumer_timeout`` (the URL's ``consumer_timeout``; AMQP cannot read it)."""
-        return self.settings.consumer_timeout
