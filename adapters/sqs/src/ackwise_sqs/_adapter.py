@@ -53,8 +53,6 @@ holds SQS's limits.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from ackwise import AttemptCount, Capabilities, LeaseExtension
 from ackwise_sqs._browse import _Browsing
 from ackwise_sqs._client import _Client
@@ -78,7 +76,7 @@ class SQSAdapter(_Browsing, _Settling, _Receiving, _Publishing, _Topology, _Clie
     """Amazon SQS through boto3: visibility leases, long polling, batches, redrive, FIFO."""
 
     name = "sqs"
-    capabilities: ClassVar[Capabilities] = Capabilities(
+    capabilities = Capabilities(
         native_delay=True,
         max_delay=MAX_DELAY,
         lease_extension=LeaseExtension.PER_MESSAGE,
@@ -90,7 +88,7 @@ class SQSAdapter(_Browsing, _Settling, _Receiving, _Publishing, _Topology, _Clie
         oldest_age=False,  # SQS has it only as a CloudWatch metric
         purge_delayed=False,  # messages within DelaySeconds cannot be received, hence deleted
         max_batch=_BATCH,
+        # Every request costs a round trip and carries at most 10 messages: while tasks are
+        # short the worker holds enough to receive and acknowledge in whole batches.
+        deep_prefetch=True,
     )
-    #: Every request costs a round trip and carries at most 10 messages: while tasks are short
-    #: the worker holds enough to receive and acknowledge in whole batches.
-    deep_prefetch = True
