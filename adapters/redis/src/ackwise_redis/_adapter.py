@@ -48,37 +48,58 @@ again: that call wrote nothing, so running it again is safe.
 The adapter talks to Redis through one redis-py ``Connection`` (no pool, no retries inside
 the driver): the worker calls an adapter from one thread, and a transient error surfaces as
 :class:`~ackwise.errors.TransientAdapterError` so the worker's reconnect-with-backoff decides.
+
+The code is one part per concern, each a class in its own module building on the one before:
+:mod:`~ackwise_redis._server` (the connection, the server's checks on connect, running a
+script, the limits of one call), :mod:`~ackwise_redis._keys` (a queue's keys and the
+quarantine of wrong-typed ones) and :mod:`~ackwise_redis._browse` (stats, dead letters,
+purging); :mod:`~ackwise_redis._records` reads and writes what data records and replies hold.
+This module keeps declaring, producing, consuming and settling.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
-import re
-import select
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis.exceptions as rx
 
 from ackwise import (
-    Adapter,
     AttemptCount,
-    BrokerURL,
     Capabilities,
-    DeadLetter,
     Delivery,
     LeaseExtension,
     Outgoing,
     QueueSpec,
-    QueueStats,
 )
-from ackwise.errors import MessageTooLarge, PermanentAdapterError, StaleReceipt
-from ackwise_redis._connection import Link, Script, load_script
-from ackwise_redis._url import RedisSettings, parse_redis_url
+from ackwise.errors import MessageTooLarge, StaleReceipt
+from ackwise_redis._browse import _DEAD_LETTERS as _DEAD_LETTERS
+from ackwise_redis._browse import _DELETE_DEAD as _DELETE_DEAD
+from ackwise_redis._browse import _PURGE as _PURGE
+from ackwise_redis._browse import _REQUEUE_DEAD as _REQUEUE_DEAD
+from ackwise_redis._browse import _STATS as _STATS
+from ackwise_redis._browse import _Browsing
+from ackwise_redis._connection import load_script
+from ackwise_redis._keys import _KEY_TYPES as _KEY_TYPES
+from ackwise_redis._keys import _QUARANTINE as _QUARANTINE
+from ackwise_redis._keys import _is_wrong_storage, _QueueKeys
+from ackwise_redis._keys import _Keys as _Keys
+from ackwise_redis._keys import _keys as _keys
+from ackwise_redis._records import _delivery, _number, _pack
+from ackwise_redis._server import (
+    PUBLISH_CHUNK,
+    PUBLISH_CHUNK_BYTES,
+    RECEIVE_LIMIT,
+    SETTLE_CHUNK,
+    SWEEP_LIMIT,
+    _chunks,
+    _Server,
+)
+
+# The ``X as X`` imports above re-export names that moved to the part modules and are
+# imported from here (every script by its name, the key schema, message framing).
 
 __all__ = ["MAX_MESSAGE_SIZE", "RedisAdapter"]
 
@@ -90,23 +111,6 @@ log = logging.getLogger(__name__)
 #: small and pass references to large data.
 MAX_MESSAGE_SIZE = 64 * 1024 * 1024
 
-#: Oldest Redis the scripts run on (LPOP with a count, ZMSCORE).
-MIN_REDIS = (6, 2)
-
-#: Most messages one receive script takes (the worker asks for its prefetch room).
-RECEIVE_LIMIT = 1000
-#: Due delayed messages and expired leases one receive moves to ready, at most.
-SWEEP_LIMIT = 1000
-#: Publish batches are cut into script calls of at most this many messages / bytes, so one
-#: call neither exceeds Lua's stack for unpack() nor Redis' client query buffer (1 GiB).
-PUBLISH_CHUNK = 1000
-PUBLISH_CHUNK_BYTES = 16 * 1024 * 1024
-#: Receipts per ack / extend script call.
-SETTLE_CHUNK = 1000
-PURGE_CHUNK = 1000
-#: A connection unused for longer is checked for a close by the server before it is used.
-IDLE_CHECK = 0.05
-
 # -- scripts -------------------------------------------------------------------------------
 
 
@@ -117,182 +121,9 @@ _EXTEND = load_script("extend")
 _NACK = load_script("nack")
 _DEAD_LETTER = load_script("dead_letter")
 _PUBLISH_DEAD = load_script("publish_dead", lib=True)
-_DEAD_LETTERS = load_script("dead_letters")
-_REQUEUE_DEAD = load_script("requeue_dead", lib=True)
-_DELETE_DEAD = load_script("delete_dead", lib=True)
-_PURGE = load_script("purge")
-_STATS = load_script("stats")
-_QUARANTINE = load_script("quarantine")
 
 
-# Warn once per broker and process about an eviction policy, not on every reconnect.
-_warned: set[str] = set()
-
-
-#: What each key of a queue holds (``counter``: a string of a decimal count), in field order.
-_KEY_TYPES = {
-    "ready": "list",
-    "delayed": "zset",
-    "inflight": "zset",
-    "data": "hash",
-    "seq": "counter",
-    "notify": "list",
-    "dead": "zset",
-    "dead_info": "hash",
-    "dead_ids": "hash",
-    "early": "zset",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class _Keys:
-    ready: bytes
-    delayed: bytes
-    inflight: bytes
-    data: bytes
-    seq: bytes
-    notify: bytes
-    dead: bytes
-    dead_info: bytes
-    dead_ids: bytes
-    early: bytes
-    #: (key, what it must hold) for every key above: what the quarantine checks.
-    typed: tuple[tuple[bytes, str], ...]
-
-
-def _keys(prefix: str, queue: str) -> _Keys:
-    tag = f"{{{prefix}:{queue}}}"
-    k = {name: f"{tag}:{name.replace('_', '-')}".encode() for name in _KEY_TYPES}
-    return _Keys(**k, typed=tuple((k[name], kind) for name, kind in _KEY_TYPES.items()))
-
-
-def _pack(m: Outgoing) -> bytes:
-    mid = m.id.encode()
-    return b"%d:%s%s" % (len(mid), mid, m.body)
-
-
-# -- records ackwise did not write ---------------------------------------------------------
-#: Digits a data value's id length may have (ids are far shorter than a billion bytes).
-_LEN_DIGITS = 9
-#: Where receive.lua found an entry it could not read, by the ``<where>`` of its stand-in seq.
-_STAND_IN = re.compile(rb"[0-9a-f]+-(ready|delayed|inflight|nodata)\.")
-_ENTRY_PROBLEMS = {
-    b"ready": "ready entry %s is not <seq>#<n>",
-    b"delayed": "delayed entry %s is not <seq>#<n>",
-    b"inflight": "in-flight entry %s is not <seq>#<n>#<token>",
-    b"nodata": "entry %s has no data record",
-}
-
-
-def _framed(data: object) -> tuple[str, bytes] | None:
-    """(id, body) of a data value ``<len(id)>:<id><body>``, or None when it is not one."""
-    if type(data) is not bytes:
-        return None
-    colon = data.find(b":", 0, _LEN_DIGITS + 1)
-    if colon < 1 or not data[:colon].isdigit():
-        return None
-    end = colon + 1 + int(data[:colon])
-    if end == colon + 1 or end > len(data):
-        return None
-    try:
-        return data[colon + 1 : end].decode(), data[end:]
-    except UnicodeDecodeError:
-        return None
-
-
-def _framing_problem(data: bytes) -> str:
-    colon = data.find(b":", 0, _LEN_DIGITS + 1)
-    if colon < 1 or not data[:colon].isdigit():
-        return "no <len>: prefix"
-    length = int(data[:colon])
-    if length == 0:
-        return "the message id is empty"
-    if colon + 1 + length > len(data):
-        return f"an id of {length} bytes runs past the end of its {len(data)} bytes"
-    return "the message id is not UTF-8"
-
-
-def _show(raw: bytes) -> str:
-    return repr(raw[:60]) + ("..." if len(raw) > 60 else "")
-
-
-def _stand_in_id(seq: bytes) -> str:
-    return "corrupt-" + seq.decode("utf-8", "backslashreplace")
-
-
-def _unreadable(seq: bytes, data: object) -> tuple[str, bytes]:
-    """What is wrong with a data record that is not framed, and the bytes its dead letter keeps.
-
-    A stand-in record of receive.lua (``"0:" + raw entry``) keeps the raw entry; any other
-    keeps the whole data value.
-    """
-    if type(data) is not bytes:
-        return f"data record {_show(seq)} is missing", b""
-    stand_in = _STAND_IN.match(seq)
-    if stand_in is not None and data.startswith(b"0:"):
-        return _ENTRY_PROBLEMS[stand_in.group(1)] % _show(data[2:]), data[2:]
-    return f"data record {_show(seq)} is not <len>:<id><body>: {_framing_problem(data)}", data
-
-
-def _delivery(queue: str, member: bytes, data: object, deadline: float) -> Delivery:
-    """One delivery of a receive reply; a record that cannot be read becomes a corrupt one."""
-    seq, _, rest = member.partition(b"#")
-    count = rest.partition(b"#")[0]
-    attempt = int(count) if count.isdigit() and len(count) <= _LEN_DIGITS + 1 else 1
-    record = _framed(data)
-    if record is not None:
-        return Delivery(queue, record[0], record[1], member, attempt, deadline)
-    problem, raw = _unreadable(seq, data)
-    return Delivery(queue, _stand_in_id(seq), raw, member, attempt, deadline, corrupt=problem)
-
-
-def _dead_letter_of(
-    queue: str, seq: bytes, dead_at: object, data: object, info: object
-) -> DeadLetter:
-    """A dead letter as stored, whatever its data and info hold."""
-    record = _framed(data)
-    if record is None:
-        mid, body = _stand_in_id(seq), data if type(data) is bytes else b""
-    else:
-        mid, body = record
-    attempt, reason = 0, "unknown"
-    if type(info) is bytes:
-        count, _, text = info.partition(b"|")
-        attempt = int(count) if count.isdigit() and len(count) <= 18 else 0
-        reason = text.decode("utf-8", "replace") or "unknown"
-    return DeadLetter(queue, mid, body, reason, _number(dead_at), attempt)
-
-
-def _number(value: object) -> float:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def _seq_time(entry: bytes) -> float | None:
-    """Enqueue time (server clock, seconds) carried by a seq or an entry that starts with one."""
-    head = entry.split(b"-", 1)[0]
-    if not 0 < len(head) <= 12:  # 12 hex digits of milliseconds: beyond the year 10000
-        return None
-    try:
-        return int(head, 16) / 1000.0
-    except ValueError:
-        return None
-
-
-def _is_wrong_storage(exc: rx.ResponseError) -> bool:
-    """Did a script meet a key of the wrong type, or a seq counter that holds no count?"""
-    text = str(exc)
-    return "WRONGTYPE" in text or "ACKWISE_CORRUPT" in text
-
-
-def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-class RedisAdapter(Adapter):
+class RedisAdapter(_Browsing, _QueueKeys, _Server):
     """Adapter for one Redis server (standalone, or a primary behind a proxy / DNS failover).
 
     Durability is Redis': with ``appendonly yes`` and ``appendfsync everysec`` a Redis crash
@@ -313,152 +144,8 @@ class RedisAdapter(Adapter):
         multi_process=True,
     )
 
-    def __init__(self, url: BrokerURL) -> None:
-        super().__init__(url)
-        self.settings: RedisSettings = parse_redis_url(url)
-        self._link = Link(self.settings, on_connect=self._check_server)
-        self._last_used = 0.0
-        self._keys: dict[str, _Keys] = {}
-        self._queues_key = f"{{{self.settings.prefix}}}:queues".encode()
-        self._token_prefix = ""
-        self._tokens = itertools.count(1)
-
     def __repr__(self) -> str:
         return f"<RedisAdapter {self.settings.where} prefix={self.settings.prefix!r}>"
-
-    # -- lifecycle -------------------------------------------------------------------------
-    def _errors(self) -> Any:
-        return self._link.errors()
-
-    def open(self) -> None:
-        if self._link.is_open:
-            return
-        self._link.connection()
-        self._last_used = time.monotonic()
-        self._token_prefix = os.urandom(5).hex() + "."
-        self._tokens = itertools.count(1)
-
-    def _check_server(self, conn: Any) -> None:
-        """Refuse too old a Redis; warn (or refuse, ``strict=true``) about eviction."""
-        s = self.settings
-        try:
-            conn.send_command("INFO", "server")
-            info = conn.read_response()
-        except rx.ResponseError:  # INFO renamed or denied: skip the check
-            info = b""
-        for line in bytes(info).splitlines():
-            if line.startswith(b"redis_version:"):
-                version = tuple(int(p) for p in line.split(b":")[1].split(b".")[:2] if p.isdigit())
-                if version and version < MIN_REDIS:
-                    raise PermanentAdapterError(
-                        f"{s.where}: Redis {line.split(b':')[1].decode()} is too old; "
-                        f"ackwise-redis needs Redis >= {'.'.join(map(str, MIN_REDIS))}"
-                    )
-        try:
-            conn.send_command("CONFIG", "GET", "maxmemory-policy")
-            reply = conn.read_response()
-        except rx.ResponseError as exc:  # CONFIG disabled (managed Redis) or denied by ACL
-            log.info("cannot read maxmemory-policy of %s (%s); not checked", s.where, exc)
-            return
-        if isinstance(reply, dict):
-            reply = [x for pair in reply.items() for x in pair]
-        policy = reply[1].decode() if len(reply) >= 2 else "noeviction"
-        if policy == "noeviction":
-            return
-        message = (
-            f"Redis at {s.where} has maxmemory-policy {policy!r}: under memory pressure it may "
-            "evict queue keys, silently losing messages; set 'maxmemory-policy noeviction'"
-        )
-        if s.strict:
-            raise PermanentAdapterError(message + " (refused because of strict=true)")
-        if s.where not in _warned:
-            _warned.add(s.where)
-            log.warning("%s (add ?strict=true to refuse to start instead)", message)
-
-    def close(self) -> None:
-        self._link.close()
-
-    def _connection(self) -> Any:
-        if not self._link.is_open:
-            self.open()
-        conn = self._link.connection()
-        now = time.monotonic()
-        idle = now - self._last_used
-        self._last_used = now
-        if idle > IDLE_CHECK:
-            self._check_idle_connection(conn, idle)
-        return conn
-
-    def _check_idle_connection(self, conn: Any, idle: float) -> None:
-        """Drop a connection that died while idle, before a command is sent on it.
-
-        After a Redis restart (or a proxy reset) an idle connection has an end-of-file
-        waiting: seen here, the command goes out on a new connection instead of failing (a
-        failed send could not be retried safely: the script may have run).  A connection idle
-        longer than ``health_check_interval`` is PINGed too (half-open after a host crash).
-        """
-        sock = getattr(conn, "_sock", None)
-        if sock is None:
-            return
-        interval = self.settings.health_check_interval
-        if self.settings.scheme != "rediss":  # TLS records may be pending: rely on PING
-            poller = select.poll()
-            poller.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
-            if poller.poll(0):  # no request is outstanding: readable means closed
-                conn.disconnect()
-                return
-        if interval and idle > interval:
-            try:
-                conn.send_command("PING")
-                conn.read_response()
-            except (rx.ConnectionError, rx.TimeoutError, OSError):
-                conn.disconnect()  # the next send reconnects
-
-    def _eval(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        self._connection()  # the idle check first
-        return self._link.eval(script, keys, args)
-
-    def _run(self, script: Script, k: _Keys, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        """Run a script of the queue whose keys are ``k``, past a wrong-typed key of it.
-
-        The failed call wrote nothing (no script writes before its checks), so it runs once more
-        after the quarantine, also when another client set the key aside first.
-        """
-        try:
-            return self._eval(script, keys, args)
-        except rx.ResponseError as exc:
-            if not _is_wrong_storage(exc):
-                raise
-            self._quarantine(k.typed)
-        return self._eval(script, keys, args)
-
-    def _quarantine(self, typed: Sequence[tuple[bytes, str]]) -> None:
-        """Rename aside the keys that hold what ackwise never writes there, one ERROR each."""
-        wants = dict(typed)
-        moved = self._eval(_QUARANTINE, list(wants), list(wants.values()))
-        for i in range(0, len(moved) - 2, 3):
-            key, held, aside = moved[i : i + 3]
-            want = wants.get(key, "?")
-            log.error(
-                "Redis key %s held a %s where ackwise keeps a %s: renamed it to %s (kept for "
-                "inspection; delete it when done) and went on",
-                key.decode("utf-8", "backslashreplace"),
-                held.decode(),
-                "count" if want == "counter" else want,
-                aside.decode("utf-8", "backslashreplace"),
-            )
-
-    def keys(self, queue: str) -> _Keys:
-        """The Redis keys of ``queue``."""
-        k = self._keys.get(queue)
-        if k is None:
-            if not queue or "{" in queue or "}" in queue:
-                raise PermanentAdapterError(
-                    f"queue name {queue!r} cannot be used with Redis: it must be non-empty and "
-                    "contain no braces (they delimit the keys' hash tag)"
-                )
-            k = self._keys[queue] = _keys(self.settings.prefix, queue)
-        return k
 
     # -- topology --------------------------------------------------------------------------
     def declare(self, queue: QueueSpec) -> None:
@@ -470,19 +157,6 @@ class RedisAdapter(Adapter):
         with self._errors():
             names = self._registry("SMEMBERS", self._queues_key)
         return sorted(n.decode("utf-8", "backslashreplace") for n in names)
-
-    def _registry(self, *command: Any) -> Any:
-        """A command on the set of queue names, past a wrong-typed key (set aside, as queues')."""
-        conn = self._connection()
-        try:
-            conn.send_command(*command)
-            return conn.read_response()
-        except rx.ResponseError as exc:
-            if not _is_wrong_storage(exc):
-                raise
-            self._quarantine(((self._queues_key, "set"),))
-        conn.send_command(*command)
-        return conn.read_response()
 
     # -- producing -------------------------------------------------------------------------
     def _check_sizes(self, messages: Sequence[Outgoing]) -> bool:
@@ -681,62 +355,3 @@ class RedisAdapter(Adapter):
             )
         if not done:
             raise StaleReceipt([delivery], "dead_letter")
-
-    # -- inspection ------------------------------------------------------------------------
-    def stats(self, queue: str) -> QueueStats:
-        k = self.keys(queue)
-        with self._errors():
-            reply = self._run(_STATS, k, (k.ready, k.delayed, k.inflight, k.dead), ())
-        ready, delayed, in_flight, dead = (int(x) for x in reply[:4])
-        now = float(reply[4])
-        times = [t for t in map(_seq_time, reply[5:8]) if t is not None]
-        oldest = min(times) if times and ready else None
-        return QueueStats(
-            queue,
-            ready=ready,
-            delayed=delayed,
-            in_flight=in_flight,
-            dead=dead,
-            oldest_age=max(0.0, now - oldest) if oldest is not None else 0.0,
-        )
-
-    def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
-        if limit < 1:
-            return []
-        k = self.keys(queue)
-        with self._errors():
-            reply = self._run(_DEAD_LETTERS, k, (k.dead, k.data, k.dead_info), (limit,))
-        return [_dead_letter_of(queue, *reply[i : i + 4]) for i in range(0, len(reply) - 3, 4)]
-
-    def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
-        if not message_ids:
-            return 0
-        k = self.keys(queue)
-        keys = (k.dead, k.dead_info, k.dead_ids, k.data, k.ready, k.seq, k.notify)
-        moved = 0
-        with self._errors():
-            for chunk in _chunks(list(message_ids), PUBLISH_CHUNK):
-                moved += int(self._run(_REQUEUE_DEAD, k, keys, chunk))
-        return moved
-
-    def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
-        k = self.keys(queue)
-        keys = (k.dead, k.dead_info, k.dead_ids, k.data)
-        with self._errors():
-            if message_ids is None:
-                return int(self._run(_DELETE_DEAD, k, keys, ("*",)))
-            deleted = 0
-            for chunk in _chunks(list(message_ids), PUBLISH_CHUNK):
-                deleted += int(self._run(_DELETE_DEAD, k, keys, ("=", *chunk)))
-            return deleted
-
-    def purge(self, queue: str) -> int:
-        k = self.keys(queue)
-        keys = (k.ready, k.delayed, k.data)
-        total = 0
-        with self._errors():
-            while True:
-                ready, delayed = self._run(_PURGE, k, keys, (PURGE_CHUNK,))
-                total += int(ready) + int(delayed)
-                if ready < PURGE_CHUNK and delayed < PURGE_CHUNK:
-                    return total

@@ -1,0 +1,83 @@
+"""Inspection: a queue's stats, and listing, replaying and deleting its dead letters; purging.
+
+See the adapter's overview (:mod:`ackwise_redis._adapter`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ackwise import DeadLetter, QueueStats
+from ackwise_redis._connection import load_script
+from ackwise_redis._keys import _QueueKeys
+from ackwise_redis._records import _dead_letter_of, _seq_time
+from ackwise_redis._server import PUBLISH_CHUNK, PURGE_CHUNK, _chunks
+
+_DEAD_LETTERS = load_script("dead_letters")
+_REQUEUE_DEAD = load_script("requeue_dead", lib=True)
+_DELETE_DEAD = load_script("delete_dead", lib=True)
+_PURGE = load_script("purge")
+_STATS = load_script("stats")
+
+
+class _Browsing(_QueueKeys):
+    """Counts, dead-letter listing, replay and deletion, purging: one script call each."""
+
+    # -- inspection ------------------------------------------------------------------------
+    def stats(self, queue: str) -> QueueStats:
+        k = self.keys(queue)
+        with self._errors():
+            reply = self._run(_STATS, k, (k.ready, k.delayed, k.inflight, k.dead), ())
+        ready, delayed, in_flight, dead = (int(x) for x in reply[:4])
+        now = float(reply[4])
+        times = [t for t in map(_seq_time, reply[5:8]) if t is not None]
+        oldest = min(times) if times and ready else None
+        return QueueStats(
+            queue,
+            ready=ready,
+            delayed=delayed,
+            in_flight=in_flight,
+            dead=dead,
+            oldest_age=max(0.0, now - oldest) if oldest is not None else 0.0,
+        )
+
+    def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
+        if limit < 1:
+            return []
+        k = self.keys(queue)
+        with self._errors():
+            reply = self._run(_DEAD_LETTERS, k, (k.dead, k.data, k.dead_info), (limit,))
+        return [_dead_letter_of(queue, *reply[i : i + 4]) for i in range(0, len(reply) - 3, 4)]
+
+    def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        if not message_ids:
+            return 0
+        k = self.keys(queue)
+        keys = (k.dead, k.dead_info, k.dead_ids, k.data, k.ready, k.seq, k.notify)
+        moved = 0
+        with self._errors():
+            for chunk in _chunks(list(message_ids), PUBLISH_CHUNK):
+                moved += int(self._run(_REQUEUE_DEAD, k, keys, chunk))
+        return moved
+
+    def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
+        k = self.keys(queue)
+        keys = (k.dead, k.dead_info, k.dead_ids, k.data)
+        with self._errors():
+            if message_ids is None:
+                return int(self._run(_DELETE_DEAD, k, keys, ("*",)))
+            deleted = 0
+            for chunk in _chunks(list(message_ids), PUBLISH_CHUNK):
+                deleted += int(self._run(_DELETE_DEAD, k, keys, ("=", *chunk)))
+            return deleted
+
+    def purge(self, queue: str) -> int:
+        k = self.keys(queue)
+        keys = (k.ready, k.delayed, k.data)
+        total = 0
+        with self._errors():
+            while True:
+                ready, delayed = self._run(_PURGE, k, keys, (PURGE_CHUNK,))
+                total += int(ready) + int(delayed)
+                if ready < PURGE_CHUNK and delayed < PURGE_CHUNK:
+                    return total
