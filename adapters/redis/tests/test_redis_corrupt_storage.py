@@ -27,8 +27,7 @@ from ackwise.testing import InProcessWorker, run_worker
 from ackwise_conformance.corruption import drain_among_corrupt
 from ackwise_redis import _adapter as redis_adapter
 from ackwise_redis._adapter import _KEY_TYPES, RedisAdapter, _Keys, _keys, _pack
-from ackwise_redis._idempotency import _source
-from ackwise_redis._lock import _script
+from ackwise_redis._connection import load_script
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -565,7 +564,7 @@ def test_no_lock_or_idempotency_script_fails_after_its_first_write(raw: redis.Re
         ("idem_complete", 1, [5000]),
         ("idem_release", 1, ["holder"]),
     ]:
-        source = _script(name).source if name.startswith("lock") else _source(name)
+        source = load_script(name).source
         for broken in range(n_keys):
             for wrong in ("a string", "a list"):
                 tag = f"{{atomic-{uuid.uuid4().hex[:8]}}}".encode()
@@ -613,7 +612,7 @@ def test_scripts_refuse_bad_arguments_before_writing(
     k, queue, _ = _populated(adapter)
     tag = f"{{{adapter.settings.prefix}:{queue}}}".encode()
     if name.startswith(("lock", "idem")):
-        source = _script(name).source if name.startswith("lock") else _source(name)
+        source = load_script(name).source
         keys = [tag + b":" + n.encode() for n in names]
         raw.hset(keys[0], mapping={"token": "tok", "owner": "o", "fence": 1})
     else:
