@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ackwise import Adapter, App, Outgoing, QueueSpec, open_adapter
+from ackwise import Adapter, App, Delivery, Outgoing, QueueSpec, open_adapter
 from ackwise.errors import PermanentAdapterError, StaleReceipt
 from ackwise.testing import run_worker
 from ackwise_conformance.brokers import BrokerHandle
@@ -299,11 +299,46 @@ def test_an_early_ack_asked_again_after_its_answer_was_lost_is_known_as_done(
     # never ran the task: an at-most-once task lost with no crash of anything.
     adapter.publish(queue, [Outgoing("e1", b"one"), Outgoing("e2", b"two")])
     first, second = adapter.receive(queue, max_messages=2, wait=0, lease=30)
-    adapter.ack_before_start([first])  # its answer is "lost": the worker does not know
+    _answer_lost(adapter, [first])  # Redis acked it; the worker never heard
     adapter.extend([first, second], lease=30)  # the worker renews what it holds meanwhile
     adapter.ack_before_start([first, second])  # asked again: both are this delivery's acks
     st = adapter.stats(queue)
     assert (st.ready, st.in_flight) == (0, 0)
+
+
+def _answer_lost(adapter: Adapter, deliveries: list[Delivery]) -> None:
+    """An early ack that Redis carried out and whose answer never reached ``adapter``: sent
+    on a connection of its own, so ``adapter`` learns nothing of it."""
+    other = open_adapter(str(adapter.url))
+    other.open()
+    other.ack_before_start(deliveries)
+    other.close()
+
+
+def test_an_early_ack_is_known_as_done_after_an_outage_longer_than_the_lease(
+    adapter: Adapter, queue: str
+) -> None:
+    # Defect (found by the 100k chaos soak): a broker restart kept a worker away for 3.2 s,
+    # longer than its 3 s lease; the memory of its early acks, kept only as long as the lease,
+    # was gone when it asked again, so it dropped the batch as stale: 8 at-most-once tasks
+    # acked and never run with no crash of any worker or executor.
+    adapter.publish(queue, [Outgoing("e1", b"one")])
+    [d] = adapter.receive(queue, max_messages=1, wait=0, lease=0.3)
+    _answer_lost(adapter, [d])
+    time.sleep(0.6)  # the outage outlasts the lease
+    adapter.ack_before_start([d])  # asked again after reconnecting: no StaleReceipt
+    adapter.extend([d], lease=30)  # nor on the renewal that may come first
+
+
+def test_an_answered_early_ack_is_forgotten_by_the_next_one(adapter: Adapter, queue: str) -> None:
+    # The memory costs nothing in the steady state: it holds what lost its answer and the
+    # last batch of each adapter.
+    adapter.publish(queue, [Outgoing(f"e{i}", b"x") for i in range(30)])
+    got = adapter.receive(queue, max_messages=30, wait=0, lease=30)
+    for d in got:
+        adapter.ack_before_start([d])
+    early = adapter.keys(queue).early  # type: ignore[attr-defined]
+    assert _raw(adapter, "ZCARD", early) == 1
 
 
 def test_an_early_ack_of_a_delivery_whose_lease_moved_on_is_still_stale(

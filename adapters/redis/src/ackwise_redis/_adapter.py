@@ -15,9 +15,10 @@ with ``EVALSHA`` on one connection; a queue's keys share the hash tag ``{<prefix
     ``seq -> "<len(id)>:<id><body>"``.
 ``dead``, ``dead_info``, ``dead_ids``
     the dead-letter store: dead_at order, ``attempt|reason``, and message id → seqs.
-``early`` (sorted set, score = the lease deadline it had)
+``early`` (sorted set, score = when it is forgotten)
     receipts acked early, so that an early ack asked again after its answer was lost is
-    known as done (``lua/ack.lua``).
+    known as done (``lua/ack.lua``); kept until the adapter had the answer, at most
+    ``EARLY_MEMORY`` seconds past the lease.
 ``seq`` (counter), ``notify`` (list)
     unique seqs; wake-up tokens that idle receivers ``BLPOP`` between two receive scripts.
 
@@ -67,10 +68,9 @@ from typing import Any
 import redis.exceptions as rx
 
 from ackwise import (
-    AttemptCount,
+    BrokerURL,
     Capabilities,
     Delivery,
-    LeaseExtension,
     Outgoing,
     QueueSpec,
 )
@@ -110,6 +110,11 @@ log = logging.getLogger(__name__)
 #: 64 MiB message already stalls every other client for tens of milliseconds.  Keep payloads
 #: small and pass references to large data.
 MAX_MESSAGE_SIZE = 64 * 1024 * 1024
+#: Seconds past its lease that an early ack whose answer never came back is remembered: a
+#: worker cut off from Redis (or waiting out a restart) that long still learns, when it asks
+#: again, that its delivery was acked, and runs the task.  Twice the worker's default
+#: --broker-timeout, after which it gives up.  Answered acks are forgotten at once.
+EARLY_MEMORY = 120
 
 # -- scripts -------------------------------------------------------------------------------
 
@@ -133,16 +138,14 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
     """
 
     name = "redis"
-    capabilities = Capabilities(
-        native_delay=True,
-        max_delay=None,
-        lease_extension=LeaseExtension.PER_MESSAGE,
-        max_lease=None,
-        attempt_count=AttemptCount.EXACT,
-        native_dead_letter=True,
-        max_message_size=MAX_MESSAGE_SIZE,
-        multi_process=True,
-    )
+    # Everything natively (the defaults: unbounded delays, per-message leases, exact counts),
+    # but messages larger than MAX_MESSAGE_SIZE.
+    capabilities = Capabilities(max_message_size=MAX_MESSAGE_SIZE)
+
+    def __init__(self, url: BrokerURL) -> None:
+        super().__init__(url)
+        #: Receipts whose early ack was answered, by queue: forgotten by the next early ack.
+        self._answered: dict[str, list[Any]] = {}
 
     def __repr__(self) -> str:
         return f"<RedisAdapter {self.settings.where} prefix={self.settings.prefix!r}>"
@@ -283,11 +286,13 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         self._ack(deliveries, b"late")
 
     def ack_before_start(self, deliveries: Sequence[Delivery]) -> None:
-        """Ack, and remember each receipt until its lease would have ended (lua/ack.lua).
+        """Ack, and remember each receipt until the answer reached this adapter (lua/ack.lua).
 
-        When a cut connection swallows the answer, the worker asks again after reconnecting:
-        a receipt this call did ack is then no stale one, so its task runs instead of being
-        lost unrun; one it did not ack is acked now, or is stale if its lease moved on.
+        When a cut connection or a broker restart swallows the answer, the worker asks again
+        after reconnecting: a receipt this call did ack is then no stale one, so its task
+        runs instead of being lost unrun; one it did not ack is acked now, or is stale if its
+        lease moved on.  The memory of an answered ack is dropped by this adapter's next early
+        ack on the queue; an unanswered one lasts EARLY_MEMORY past its lease.
         """
         self._ack(deliveries, b"early")
 
@@ -295,13 +300,27 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         if not deliveries:
             return
         stale: list[Delivery] = []
+        answered: dict[str, list[bytes]] = {}
         with self._errors():
             for queue, group in self._by_queue(deliveries):
                 k = self.keys(queue)
                 keys = (k.inflight, k.data, k.early)
                 for chunk in _chunks(group, SETTLE_CHUNK):
-                    positions = self._run(_ACK, k, keys, [mode, *(d.receipt for d in chunk)])
+                    receipts = [d.receipt for d in chunk]
+                    args: list[Any] = [mode, *receipts]
+                    if mode == b"early":
+                        forget = self._answered.pop(queue, [])[:SETTLE_CHUNK]
+                        args = [mode, EARLY_MEMORY, len(forget), *forget, *receipts]
+                    positions = self._run(_ACK, k, keys, args)
                     stale.extend(chunk[p - 1] for p in positions)
+                    if mode == b"early":
+                        refused = set(positions)
+                        answered.setdefault(queue, []).extend(
+                            r for i, r in enumerate(receipts, 1) if i not in refused
+                        )
+        # Only a call that returned had all its answers (a retry of a failed one asks again).
+        for queue, receipts in answered.items():
+            self._answered.setdefault(queue, []).extend(receipts)
         if stale:
             raise StaleReceipt(stale, "ack")
 

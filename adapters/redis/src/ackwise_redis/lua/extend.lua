@@ -2,11 +2,12 @@
 --
 -- Key schema (one queue, hash tag {<prefix>:<queue>}):
 --   KEYS[1] inflight  ZSET  "<seq>#<n>#<token>" -> lease deadline
---   KEYS[2] early     ZSET  "<seq>#<n>#<token>" -> lease deadline: receipts acked early
+--   KEYS[2] early     ZSET  "<seq>#<n>#<token>" -> when forgotten: receipts acked early
 -- ARGV[1] lease (seconds from now, server clock), ARGV[2..] receipts (in-flight members)
 --
--- A receipt acked early (see ack.lua) is not stale: its memory is kept as long as the worker
--- holds the delivery, which it does while it asks again for an ack whose answer it lost.
+-- A receipt acked early (see ack.lua) is not stale: its memory is kept at least as long as the
+-- worker holds the delivery, which it does while it asks again for an ack whose answer it
+-- lost (GT: a renewal never shortens it).
 -- Writes after every check.
 -- Returns the 1-based positions (among the receipts) of the stale ones; they change nothing.
 local lease = tonumber(ARGV[1])
@@ -41,5 +42,5 @@ for i = 1, #members do
   end
 end
 if #zargs > 0 then redis.call('ZADD', KEYS[1], 'XX', unpack(zargs)) end
-if #early > 0 then redis.call('ZADD', KEYS[2], 'XX', unpack(early)) end
+if #early > 0 then redis.call('ZADD', KEYS[2], 'XX', 'GT', unpack(early)) end
 return stale
