@@ -380,8 +380,11 @@ class Verdict:
     lost_explained: int = 0
     running_at_kill: int = 0
     #: EARLY losses of tasks that never started: the early ack was recorded, its answer lost
-    #: in a cut, and the worker did not run them (they were not running at a kill).
+    #: in a cut or restart, and the worker did not run them (they were not running at a kill),
+    #: where the broker cannot tell (AMQP) or the outage outlasted what it remembers.
     lost_early_ack: int = 0
+    #: ... the same, within what the broker remembers: it should have told (a violation).
+    lost_early_ack_told: int = 0
     dead: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
     #: "what: by which fault" -> count, for the explanation breakdown.
@@ -408,21 +411,23 @@ def classify(
     dead_letters: Iterable[DeadLetter],
     mode: Ack,
     *,
-    early_ack_decidable: bool = True,
+    early_ack_memory: float | None = float("inf"),
 ) -> Verdict:
     """Classify every published message of one run; explain every anomaly (see the module).
 
-    :param early_ack_decidable: whether the broker can tell, when asked again, an early ack
-        it took from one it did not (Redis, SQS, SQLite: yes).  Where it cannot (AMQP: the
-        receipts die with the connection), an early ack cut off from its answer is lost by
-        the protocol and does not count against the EARLY bound; elsewhere it does.
+    :param early_ack_memory: how long (seconds of outage) the broker can still tell, when
+        asked again, an early ack it took from one it did not (Redis: a lease plus 120 s; SQS:
+        the lease, within which deleting again succeeds; SQLite: no outage); ``None`` where it
+        cannot (AMQP: the receipts die with the connection).  An early ack cut off from its
+        answer by a longer outage is lost by the protocol and does not count against the
+        EARLY bound; a shorter one does.
     """
     dead: dict[str, list[DeadLetter]] = defaultdict(list)
     for d in dead_letters:
         dead[d.message_id].append(d)
     v = Verdict(mode, tasks=len(tl.published))
     v.faults.update(f.kind for f in tl.faults)
-    checker = _MessageChecker(tl, Explainer(tl, mode), mode, v)
+    checker = _MessageChecker(tl, Explainer(tl, mode), mode, v, early_ack_memory)
     published = set(tl.published)
     for mid in tl.published:
         checker.check(mid, dead.get(mid, []))
@@ -443,7 +448,7 @@ def classify(
         )
     if tl.bad_lines:
         v.notes.append(f"{tl.bad_lines} journal line(s) could not be read")
-    allowed = v.running_at_kill + (0 if early_ack_decidable else v.lost_early_ack)
+    allowed = v.running_at_kill + v.lost_early_ack
     if mode is Ack.EARLY and v.lost > allowed:
         why = [f"{n} {what.removeprefix('lost ')}" for what, n in _loss_causes(v) if n]
         v.flag(
@@ -451,7 +456,7 @@ def classify(
             "EARLY bound",
             VIOLATION,
             f"{v.lost} lost, more than the {v.running_at_kill} task(s) running at a kill"
-            + ("" if early_ack_decidable else f" and {v.lost_early_ack} cut-off early ack(s)")
+            + f" and {v.lost_early_ack} early ack(s) cut off longer than the broker remembers"
             + f"; the losses: {', '.join(why)}",
         )
     return v
@@ -468,8 +473,10 @@ def _loss_causes(v: Verdict) -> list[tuple[str, int]]:
 
 
 class _MessageChecker:
-    def __init__(self, tl: Timeline, ex: Explainer, mode: Ack, v: Verdict) -> None:
-        self.tl, self.ex, self.mode, self.v = tl, ex, mode, v
+    def __init__(
+        self, tl: Timeline, ex: Explainer, mode: Ack, v: Verdict, memory: float | None
+    ) -> None:
+        self.tl, self.ex, self.mode, self.v, self.memory = tl, ex, mode, v, memory
         self.index = {mid: i for i, mid in enumerate(tl.published)}
 
     def check(self, mid: str, dead: list[DeadLetter]) -> None:
@@ -578,9 +585,18 @@ class _MessageChecker:
             return
         answer_lost = self._early_ack_answer_lost(mid, execs)
         if answer_lost is not None:
+            fault, outage = answer_lost
             v.lost_explained += 1
-            v.lost_early_ack += 1
-            v.explained("lost (early ack recorded, its answer lost; never started)", answer_lost)
+            if self.memory is None or outage > self.memory:
+                v.lost_early_ack += 1
+                v.explained(
+                    "lost (early ack recorded, its answer lost in an outage longer than the "
+                    "broker remembers; never started)",
+                    fault,
+                )
+            else:
+                v.lost_early_ack_told += 1
+                v.explained("lost (early ack recorded, its answer lost; never started)", fault)
             return
         killed = self._acked_then_killed(mid, execs)
         if killed is not None:
@@ -591,19 +607,23 @@ class _MessageChecker:
         why = "; ".join(self.tl.describe(e) for e in execs) or "never handed to an executor"
         v.flag(mid, "lost", UNEXPLAINED, f"EARLY loss with no kill while it ran: {why}")
 
-    def _early_ack_answer_lost(self, mid: str, execs: list[Execution]) -> Fault | None:
+    def _early_ack_answer_lost(
+        self, mid: str, execs: list[Execution]
+    ) -> tuple[Fault, float] | None:
         """Never started because its early ack was recorded by the broker but the answer was lost
         in a cut or restart: the worker keeps the batch, and after the reconnect the retried ack
         (or the lease renewal, when it comes first) finds the message gone, reports a stale
-        receipt and does not run it.  Evidence: that report, made while the worker recovered."""
+        receipt and does not run it.  Evidence: that report, made while the worker recovered.
+        Returns the fault and how long it kept that worker away from the broker."""
         if execs:
             return None
         for r in self.tl.stale.get(mid, []):
             if r.operation not in ("early ack", "extend"):
                 continue
             for f in self.ex.links:
-                if f.t0 - EPS <= r.t <= self.ex.back_after(f, r.worker) + RECONNECT_SLACK:
-                    return f
+                back = self.ex.back_after(f, r.worker)
+                if f.t0 - EPS <= r.t <= back + RECONNECT_SLACK:
+                    return f, back - f.t0
         return None
 
     def _acked_then_killed(self, mid: str, execs: list[Execution]) -> Fault | None:
@@ -792,9 +812,11 @@ def main() -> int:
     p.add_argument("run_dir", type=Path, help="a run's directory (journal.jsonl, dead.jsonl)")
     p.add_argument("mode", choices=[m.value for m in Ack])
     p.add_argument(
-        "--amqp",
-        action="store_true",
-        help="the broker cannot tell an early ack it took when asked again (RabbitMQ)",
+        "--early-ack-memory",
+        type=float,
+        default=float("inf"),
+        help="seconds of outage the broker still tells an early ack it took when asked again "
+        "(Redis: lease + 120, SQS: the lease); negative: it cannot (RabbitMQ)",
     )
     args = p.parse_args()
     tl = read_timeline(args.run_dir / "journal.jsonl")
@@ -802,7 +824,7 @@ def main() -> int:
         tl,
         load_dead(args.run_dir / "dead.jsonl"),
         Ack(args.mode),
-        early_ack_decidable=not args.amqp,
+        early_ack_memory=None if args.early_ack_memory < 0 else args.early_ack_memory,
     )
     print(
         f"{v.tasks} tasks, {v.runs} runs, {v.ok} ok, {v.duplicated} duplicated "
