@@ -77,15 +77,17 @@ POOLS = ("prefork", "prefork", "threads", "prefork")
 #: and its crash tests run at time scale 2 (leases of 2 s).  RabbitMQ's lease is the
 #: connection (2 s heartbeats, as its tests); the option is passed all the same.
 LEASES = {"sqlite": 3.0, "redis": 3.0, "rabbitmq": 3.0, "sqs": 2.0}
-#: How long an outage may last with the broker still telling, when asked again, an early ack
-#: it took (its answer lost in the outage) from one it did not: Redis remembers it 120 s past
-#: the lease (docs/adapters/redis.md), an SQS receipt deletes again within its lease; AMQP
-#: receipts die with their connection (docs/adapters/rabbitmq.md), so it cannot at all.
+#: How long after a cut or restart began the broker surely still tells, when asked again, an
+#: early ack it took (its answer lost) from one it did not.  Its memory ends with the
+#: delivery's lease (SQS: deleting again works within it, less the adapter's 0.2 s fence) or
+#: 120 s past it (Redis, docs/adapters/redis.md); the worker renews every third of a lease,
+#: so the lease ran at least two thirds of one past the fault's start.  AMQP receipts die
+#: with their connection (docs/adapters/rabbitmq.md): no memory at all.
 EARLY_ACK_MEMORY: dict[str, float | None] = {
     "sqlite": float("inf"),
-    "redis": LEASES["redis"] + 120.0,
+    "redis": LEASES["redis"] * 2 / 3 + 120.0,
     "rabbitmq": None,
-    "sqs": LEASES["sqs"],
+    "sqs": LEASES["sqs"] * 2 / 3 - 0.2,
 }
 #: Relative weights of the fault kinds; a kind the broker cannot have is left out.
 WEIGHTS = {EXECUTOR_KILL: 4.0, WORKER_KILL: 2.0, CUT: 2.0, RESTART: 1.0}

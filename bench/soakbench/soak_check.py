@@ -415,12 +415,13 @@ def classify(
 ) -> Verdict:
     """Classify every published message of one run; explain every anomaly (see the module).
 
-    :param early_ack_memory: how long (seconds of outage) the broker can still tell, when
-        asked again, an early ack it took from one it did not (Redis: a lease plus 120 s; SQS:
-        the lease, within which deleting again succeeds; SQLite: no outage); ``None`` where it
-        cannot (AMQP: the receipts die with the connection).  An early ack cut off from its
-        answer by a longer outage is lost by the protocol and does not count against the
-        EARLY bound; a shorter one does.
+    :param early_ack_memory: how long after a cut or restart began the broker surely still
+        tells, when asked again, an early ack it took from one it did not; ``None`` where it
+        cannot (AMQP: the receipts die with the connection).  What it remembers ends with the
+        delivery's lease (SQS: deleting again works within it) or a fixed time after (Redis:
+        120 s); that lease was renewed at most a third of a lease before the fault, so it ran
+        at least two thirds of one past it.  An early ack asked again later than that is lost
+        by the protocol and does not count against the EARLY bound; one asked sooner does.
     """
     dead: dict[str, list[DeadLetter]] = defaultdict(list)
     for d in dead_letters:
@@ -590,8 +591,8 @@ class _MessageChecker:
             if self.memory is None or outage > self.memory:
                 v.lost_early_ack += 1
                 v.explained(
-                    "lost (early ack recorded, its answer lost in an outage longer than the "
-                    "broker remembers; never started)",
+                    "lost (early ack recorded, its answer lost, asked again after the broker "
+                    "forgot it; never started)",
                     fault,
                 )
             else:
@@ -614,7 +615,7 @@ class _MessageChecker:
         in a cut or restart: the worker keeps the batch, and after the reconnect the retried ack
         (or the lease renewal, when it comes first) finds the message gone, reports a stale
         receipt and does not run it.  Evidence: that report, made while the worker recovered.
-        Returns the fault and how long it kept that worker away from the broker."""
+        Returns the fault and how long after it began the worker asked again."""
         if execs:
             return None
         for r in self.tl.stale.get(mid, []):
@@ -623,7 +624,7 @@ class _MessageChecker:
             for f in self.ex.links:
                 back = self.ex.back_after(f, r.worker)
                 if f.t0 - EPS <= r.t <= back + RECONNECT_SLACK:
-                    return f, back - f.t0
+                    return f, r.t - f.t0
         return None
 
     def _acked_then_killed(self, mid: str, execs: list[Execution]) -> Fault | None:
@@ -815,8 +816,9 @@ def main() -> int:
         "--early-ack-memory",
         type=float,
         default=float("inf"),
-        help="seconds of outage the broker still tells an early ack it took when asked again "
-        "(Redis: lease + 120, SQS: the lease); negative: it cannot (RabbitMQ)",
+        help="seconds after a fault began that the broker surely still tells an early ack it "
+        "took when asked again (Redis: 2/3 lease + 120, SQS: 2/3 lease - 0.2); negative: it "
+        "cannot (RabbitMQ)",
     )
     args = p.parse_args()
     tl = read_timeline(args.run_dir / "journal.jsonl")
