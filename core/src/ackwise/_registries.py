@@ -61,19 +61,7 @@ class AdapterEntry:
         """Import the adapter class."""
         from ackwise._spi import Adapter
 
-        module_name, _, attr = self.import_path.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-            cls = getattr(module, attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigurationError(
-                f"adapter for scheme {self.scheme!r} ({self.import_path}, from "
-                f"{self.distribution}) cannot be imported: {exc}"
-            ) from exc
-        if not (isinstance(cls, type) and issubclass(cls, Adapter)):
-            raise ConfigurationError(
-                f"{self.import_path} (scheme {self.scheme!r}) is not an ackwise.Adapter subclass"
-            )
+        cls: type[Adapter] = _import_class(self, Adapter, "adapter", "scheme")
         return cls
 
 
@@ -165,19 +153,7 @@ class LockEntry:
         """Import the backend class."""
         from ackwise._locks import LeaderLock
 
-        module_name, _, attr = self.import_path.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigurationError(
-                f"lock backend for scheme {self.scheme!r} ({self.import_path}, from "
-                f"{self.distribution}) cannot be imported: {exc}"
-            ) from exc
-        if not (isinstance(cls, type) and issubclass(cls, LeaderLock)):
-            raise ConfigurationError(
-                f"{self.import_path} (lock scheme {self.scheme!r}) is not an "
-                "ackwise.LeaderLock subclass"
-            )
+        cls: type[LeaderLock] = _import_class(self, LeaderLock, "lock backend", "lock scheme")
         return cls
 
 
@@ -221,3 +197,21 @@ class LockRegistry(_Registry):
                 "no installed plugin provides a leader lock for it; pass --lock with a "
                 "URL of one of those schemes",
             ) from None
+
+
+def _import_class(entry: AdapterEntry | LockEntry, base: type, what: str, scheme: str) -> Any:
+    """Import ``entry``'s class, which must subclass ``base``; errors name the plugin's part."""
+    module_name, _, attr = entry.import_path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(
+            f"{what} for scheme {entry.scheme!r} ({entry.import_path}, from "
+            f"{entry.distribution}) cannot be imported: {exc}"
+        ) from exc
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigurationError(
+            f"{entry.import_path} ({scheme} {entry.scheme!r}) is not an "
+            f"ackwise.{base.__name__} subclass"
+        )
+    return cls
