@@ -108,9 +108,15 @@ class WorkerProc:
         return self.log.read_text(errors="replace")[-3000:]
 
 
-def worker_cmd(module: str, system: str, config: str, concurrency: int) -> list[str]:
-    """The worker of ackwise, Celery or Dramatiq, one process, on the task module ``module``."""
-    py = sys.executable
+def worker_cmd(
+    module: str, system: str, config: str, concurrency: int, python: str | None = None
+) -> list[str]:
+    """The worker of ackwise, Celery or Dramatiq, one process, on the task module ``module``.
+
+    ``python``: the interpreter that runs it (default: this one); a ``--baseline``'s for the
+    baseline cells.
+    """
+    py = python or sys.executable
     if system == "ackwise":
         return [
             *(py, "-m", "ackwise", "--loglevel", "WARNING", "worker"),
@@ -256,11 +262,71 @@ def parse_args(description: str, script: str, out: str) -> tuple[argparse.Namesp
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--out", default=str(BENCH_DIR / out))
     parser.add_argument("--only", default="", help="comma-separated prefixes of cell keys")
+    parser.add_argument(
+        "--baseline",
+        metavar="PYTHON",
+        help="another checkout's interpreter (its .venv/bin/python): adds drain cells whose "
+        "ackwise worker it runs (ackwise-baseline), interleaved with the others",
+    )
     args = parser.parse_args()
+    args.baseline_note = describe_baseline(args.baseline) if args.baseline else ""
     command = " ".join(
         [f"uv run --group bench python bench/{script}", shlex.join(sys.argv[1:])]
     ).strip()
     return args, command
+
+
+def describe_baseline(python: str) -> str:
+    """Where ``--baseline``'s ackwise lives and at which commit; exits with one line if none."""
+    try:
+        probe = subprocess.run(
+            [python, "-c", "import ackwise; print(ackwise.__file__)"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError as e:
+        sys.exit(f"--baseline {python}: expected an interpreter that imports ackwise ({e})")
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        sys.exit(f"--baseline {python}: expected an interpreter that imports ackwise ({last})")
+    source = Path(probe.stdout.strip()).parent
+    head = subprocess.run(
+        ["git", "-C", str(source), "log", "-1", "--format=%h"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(source), "status", "--porcelain", "--", ":/core", ":/adapters"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return f"ackwise from {source}, git {head or '?'}{' + uncommitted changes' if dirty else ''}"
+
+
+def baseline_section(cells: list[Cell], note: str, keys: list[str]) -> list[str]:
+    """The report's "against the baseline" table: each ``key`` vs ``<key>`` on the baseline."""
+    by = {c.key: c for c in cells if c.values}
+    pairs = [(by[k], by[f"{k}-baseline"]) for k in keys if k in by and f"{k}-baseline" in by]
+    if not pairs:
+        return []
+    lines = [
+        "",
+        "## Against the baseline (same run, cells interleaved)",
+        "",
+        f"Baseline: {note}.",
+        "",
+        "| cell | this tree | baseline | ratio | runs (this / baseline) |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for a, b in pairs:
+        lines.append(
+            f"| {a.key} | {fmt(a.median)} | {fmt(b.median)} | **{a.median / b.median:.2f}x** | "
+            f"{runs(a.values)} / {runs(b.values)} |"
+        )
+    return lines
 
 
 # -- cells and their figures ----------------------------------------------------------------

@@ -290,16 +290,19 @@ PREFILL: dict[str, Callable[[Broker, str, str, int], None]] = {
 
 
 # -- workers --------------------------------------------------------------------------------
-def worker_cmd(system: str, config: str, concurrency: int) -> list[str]:
-    return _common.worker_cmd("rabbit_tasks", system, config, concurrency)
-
-
 def start_worker(
-    system: str, config: str, concurrency: int, url: str, queue: str, cell: Path
+    system: str,
+    config: str,
+    concurrency: int,
+    url: str,
+    queue: str,
+    cell: Path,
+    python: str | None = None,
 ) -> _common.WorkerProc:
     env = dict(WORKER_ENV)
     env.update(RABBIT_BENCH_URL=url, RABBIT_BENCH_QUEUE=queue, RABBIT_BENCH_SYSTEM=system)
-    return _common.start_worker(worker_cmd(system, config, concurrency), env, cell)
+    cmd = _common.worker_cmd("rabbit_tasks", system, config, concurrency, python)
+    return _common.start_worker(cmd, env, cell)
 
 
 def _system_url(b: Broker, system: str, classic: bool) -> str:
@@ -307,13 +310,20 @@ def _system_url(b: Broker, system: str, classic: bool) -> str:
 
 
 def drain(
-    b: Broker, system: str, config: str, concurrency: int, tasks: int, cell: Path, classic: bool
+    b: Broker,
+    system: str,
+    config: str,
+    concurrency: int,
+    tasks: int,
+    cell: Path,
+    classic: bool,
+    python: str | None = None,
 ) -> tuple[Drain, float]:
     queue = _cell_queue("drain")
     url = _system_url(b, system, classic)
     try:
         PREFILL[system](b, url, queue, tasks)
-        w = start_worker(system, config, concurrency, url, queue, cell)
+        w = start_worker(system, config, concurrency, url, queue, cell, python)
         result, broker_us = _common.follow_drain(
             w, tasks, f"{system} {config} x{concurrency}", also=b.pid
         )
@@ -348,7 +358,9 @@ def latency(b: Broker, system: str, config: str, cell: Path, classic: bool) -> t
 
 
 # -- the plan -------------------------------------------------------------------------------
-def plan() -> list[Cell]:
+def plan(baseline: str | None = None) -> list[Cell]:
+    """Every cell; with ``baseline`` (``--baseline``'s interpreter) ackwise's drains twice."""
+
     def enq(key: str) -> Callable[[Broker, Path, int], float]:
         return lambda b, cell, n: enqueue(b, key, n)
 
@@ -400,6 +412,18 @@ def plan() -> list[Cell]:
                 ),
             )
         )
+        if name == "ackwise" and baseline:
+            cells.append(
+                Cell(
+                    f"drain-{name}-{c}-baseline",
+                    "drain",
+                    "ackwise-baseline",
+                    text,
+                    lambda b, cell, n, config=config, c=c: drain(
+                        b, "ackwise", config, c, n, cell, False, baseline
+                    ),
+                )
+            )
     lat = [
         ("ackwise", "threads", False, "threads x1, quorum queue"),
         ("celery", "prefork", False, "prefork x1, acks_late, prefetch x1"),
@@ -536,6 +560,9 @@ def render(
             "|---|---:|---:|---:|",
             *ratios,
         ]
+    lines += _common.baseline_section(
+        cells, args.baseline_note, ["drain-ackwise-1", "drain-ackwise-8"]
+    )
     notes = [n for c in cells for n in c.notes]
     if notes:
         lines += ["", "## Warnings", ""] + [f"- {n}" for n in notes]
@@ -581,7 +608,7 @@ def main() -> int:
     args, command = _common.parse_args(
         __doc__.splitlines()[0], "rabbitmq.py", "results-rabbitmq.md"
     )
-    cells = _common.select(plan(), args.only)
+    cells = _common.select(plan(args.baseline), args.only)
     started = time.monotonic()
     load_start = os.getloadavg()[0]
     tree_start = _common.tree_state()

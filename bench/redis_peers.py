@@ -178,7 +178,7 @@ def prefill_taskiq(url: str, queue: str, tasks: int) -> None:
 
 
 # -- workers --------------------------------------------------------------------------------
-def worker_cmd(system: str, config: str, concurrency: int) -> list[str]:
+def worker_cmd(system: str, config: str, concurrency: int, python: str | None = None) -> list[str]:
     py = sys.executable
     if system == "ackwise-adapter":  # diagnostic: the adapter's receive loop, no worker
         return [py, str(BENCH_DIR / "redisbench" / "adapter_loop.py")]
@@ -188,24 +188,36 @@ def worker_cmd(system: str, config: str, concurrency: int) -> list[str]:
             *("--max-async-tasks", str(concurrency), "--ack-type", "when_executed"),
             *("--log-level", "WARNING"),
         ]
-    return _common.worker_cmd("redis_tasks", system, config, concurrency)
+    return _common.worker_cmd("redis_tasks", system, config, concurrency, python)
 
 
 def start_worker(
-    system: str, config: str, concurrency: int, url: str, queue: str, cell: Path
+    system: str,
+    config: str,
+    concurrency: int,
+    url: str,
+    queue: str,
+    cell: Path,
+    python: str | None = None,
 ) -> _common.WorkerProc:
     env = dict(WORKER_ENV)
     env.update(REDIS_BENCH_URL=url, REDIS_BENCH_QUEUE=queue, REDIS_BENCH_SYSTEM=system)
-    return _common.start_worker(worker_cmd(system, config, concurrency), env, cell)
+    return _common.start_worker(worker_cmd(system, config, concurrency, python), env, cell)
 
 
 def drain(
-    server: Server, system: str, config: str, concurrency: int, tasks: int, cell: Path
+    server: Server,
+    system: str,
+    config: str,
+    concurrency: int,
+    tasks: int,
+    cell: Path,
+    python: str | None = None,
 ) -> tuple[Drain, None]:
     server.flush()
     queue = f"drain-{uuid.uuid4().hex[:8]}"
     PREFILL[system](server.url, queue, tasks)
-    w = start_worker(system, config, concurrency, server.url, queue, cell)
+    w = start_worker(system, config, concurrency, server.url, queue, cell, python)
     result, _ = _common.follow_drain(w, tasks, f"{system} {config} x{concurrency}")
     if system == "ackwise":
         adapter = redis_tasks.make_ackwise_app(server.url, queue).adapter()
@@ -282,7 +294,9 @@ def latency(server: Server, system: str, config: str, cell: Path) -> tuple[float
 
 
 # -- the plan -------------------------------------------------------------------------------
-def plan() -> list[Cell]:
+def plan(baseline: str | None = None) -> list[Cell]:
+    """Every cell; with ``baseline`` (``--baseline``'s interpreter) ackwise's drains twice."""
+
     def q() -> str:
         return f"enq-{uuid.uuid4().hex[:8]}"
 
@@ -322,6 +336,18 @@ def plan() -> list[Cell]:
                 ),
             )
         )
+        if system == "ackwise" and baseline:
+            cells.append(
+                Cell(
+                    f"drain-{system}-{c}-baseline",
+                    "drain",
+                    "ackwise-baseline",
+                    text,
+                    lambda s, cell, n, config=config, c=c: drain(
+                        s, "ackwise", config, c, n, cell, baseline
+                    ),
+                )
+            )
     lat = [
         ("ackwise", "threads", "threads x1"),
         ("celery", "prefork", "prefork x1, acks_late, prefetch x1"),
@@ -439,6 +465,9 @@ def render(
         1.0,
         lower=True,
     )
+    lines += _common.baseline_section(
+        cells, args.baseline_note, ["drain-ackwise-1", "drain-ackwise-8"]
+    )
     notes = [n for c in cells for n in c.notes]
     if notes:
         lines += ["", "## Warnings", ""] + [f"- {n}" for n in notes]
@@ -450,8 +479,9 @@ def main() -> int:
     args, command = _common.parse_args(
         __doc__.splitlines()[0], "redis_peers.py", "results-redis.md"
     )
-    cells = _common.select(plan(), args.only)
+    cells = _common.select(plan(args.baseline), args.only)
     started = time.monotonic()
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="ackwise-bench-redis-") as tmp:
         server = Server(Path(tmp) / "redis")
         info = server.client.info("server")
@@ -463,6 +493,7 @@ def main() -> int:
             _common.run_cells(cells, server, Path(tmp), args.runs, args.tasks, width=22)
         finally:
             server.stop()
+    where += f"; load average {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end"
     text = render(cells, args, command, time.monotonic() - started, where)
     Path(args.out).write_text(text)
     print(text)
