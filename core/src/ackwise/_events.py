@@ -156,6 +156,11 @@ class Events:
             for cls in EVENTS
             if cls.hook_fields is not None
         }
+        #: The event types someone receives.  The worker builds the events of every task
+        #: (started, succeeded) only when they are heard: an event object costs ~0.5 µs.
+        self.heard: frozenset[type[TaskEvent]] = frozenset(
+            cls for cls in EVENTS if self.listeners or self._hooks.get(cls.kind) is not None
+        )
 
     def emit(self, event: TaskEvent) -> None:
         if self.listeners:

@@ -128,6 +128,11 @@ _ACK = AckMessage()
 _ACK_BATCHED = AckMessage(batch=True)
 _NACK_NOW = NackMessage(0.0)
 
+# The members settle() compares against, bound once: reading one as a class attribute costs
+# ~65 ns on CPython 3.11, and the worker asks settle() at least twice per task.
+_EARLY, _LATE = Ack.EARLY, Ack.LATE
+_STARTING, _SUCCEEDED, _FAILED = Outcome.STARTING, Outcome.SUCCEEDED, Outcome.FAILED
+
 
 def settle(
     mode: Ack | None,
@@ -153,12 +158,12 @@ def settle(
     """
     if mode is None and outcome not in _WITHOUT_TASK:
         raise ValueError(f"{outcome!r} needs the task's mode")
-    early = mode is Ack.EARLY
-    if outcome is Outcome.STARTING:
+    early = mode is _EARLY
+    if outcome is _STARTING:
         return _ACK if early else _HOLD
-    if outcome is Outcome.SUCCEEDED:
+    if outcome is _SUCCEEDED:
         return _HOLD if early else _ACK_BATCHED
-    if outcome is Outcome.FAILED:
+    if outcome is _FAILED:
         if retry_delay is not None:
             return RetryMessage(max(0.0, retry_delay), original_settled=early)
         return DeadLetterMessage("failed", original_settled=early)
@@ -166,7 +171,7 @@ def settle(
         cause = reason or "worker_lost"
         if early:
             return LostMessage(cause)
-        if mode is Ack.LATE:
+        if mode is _LATE:
             return DeadLetterMessage(cause)
         if attempt >= max_deliveries:
             return DeadLetterMessage("max_deliveries")
