@@ -260,6 +260,7 @@ class Worker:
                             if idle
                             else 0.0
                         )
+                        settler.before_receive()
                         received = self._receive(whole_batches(room, self._batch), wait)
                         if received and self._buffer:
                             self._start(executor)
@@ -277,6 +278,7 @@ class Worker:
                         deadlines.append(time.monotonic() + hard_deadline - time.time())
                     timeout = min(timeout, max(0.0, min(deadlines) - time.monotonic()))
                     self._drain_completions(block=timeout)
+                    settler.waited()
             except TransientAdapterError as exc:
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > cfg.broker_timeout:
@@ -374,7 +376,8 @@ class Worker:
             self._running[h.job_id] = h
             self.counters.started += 1
             d = h.delivery
-            self.events.emit(Started(h.task.name, d.message_id, d.queue, d.attempt))
+            if Started in self.events.heard:
+                self.events.emit(Started(h.task.name, d.message_id, d.queue, d.attempt))
             receipt = repr(d.receipt) if h.task.bind else ""
             executor.submit(Job(h.job_id, d.attempt, d.body, receipt))
 
@@ -438,9 +441,10 @@ class Worker:
         self.counters.succeeded += 1
         if self.config.prefetch_auto:
             self._adapt_budget(result.duration)
-        self.events.emit(
-            Succeeded(task.name, d.message_id, d.queue, d.attempt, duration=result.duration)
-        )
+        if Succeeded in self.events.heard:
+            self.events.emit(
+                Succeeded(task.name, d.message_id, d.queue, d.attempt, duration=result.duration)
+            )
         self.settler.settle_held(h, Outcome.SUCCEEDED, label="succeeded")
 
     def _executor_lost(self, job_id: int, reason: str) -> None:
