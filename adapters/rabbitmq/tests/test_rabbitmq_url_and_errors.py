@@ -7,16 +7,7 @@ import inspect
 import pika.exceptions as px
 import pytest
 
-from ackwise import BrokerURL, open_adapter
-from ackwise.errors import (
-    AdapterError,
-    AuthenticationFailed,
-    BrokerUnavailable,
-    InvalidBrokerURL,
-    PermanentAdapterError,
-    QueueNotFound,
-    TransientAdapterError,
-)
+from ackwise import BrokerURL, errors, open_adapter
 from ackwise_conformance.brokers import free_port
 from ackwise_rabbitmq import (
     ERROR_MAP,
@@ -82,7 +73,7 @@ def test_amqps_builds_a_tls_context() -> None:
     ],
 )
 def test_bad_urls_are_refused_with_the_reason(url: str, match: str) -> None:
-    with pytest.raises(InvalidBrokerURL, match=match):
+    with pytest.raises(errors.InvalidBrokerURL, match=match):
         _settings(url)
 
 
@@ -94,7 +85,7 @@ def test_the_scheme_opens_the_rabbitmq_adapter_without_connecting() -> None:
 
 def test_an_unreachable_broker_is_transient_and_names_no_password() -> None:
     adapter = open_adapter(f"amqp://guest:s3cret@127.0.0.1:{free_port()}/%2F?connection_timeout=2")
-    with pytest.raises(BrokerUnavailable) as info:
+    with pytest.raises(errors.BrokerUnavailable) as info:
         adapter.open()
     assert "s3cret" not in str(info.value)
     adapter.close()
@@ -113,30 +104,30 @@ def test_every_pika_exception_is_mapped() -> None:
 @pytest.mark.parametrize(
     ("exc", "expected"),
     [
-        (px.AMQPConnectionError("refused"), BrokerUnavailable),
-        (px.StreamLostError("eof"), BrokerUnavailable),
-        (px.ProbableAuthenticationError("no"), AuthenticationFailed),
-        (px.ChannelClosedByBroker(404, "NOT_FOUND - no queue 'q'"), QueueNotFound),
-        (px.ChannelClosedByBroker(403, "ACCESS_REFUSED"), AuthenticationFailed),
+        (px.AMQPConnectionError("refused"), errors.BrokerUnavailable),
+        (px.StreamLostError("eof"), errors.BrokerUnavailable),
+        (px.ProbableAuthenticationError("no"), errors.AuthenticationFailed),
+        (px.ChannelClosedByBroker(404, "NOT_FOUND - no queue 'q'"), errors.QueueNotFound),
+        (px.ChannelClosedByBroker(403, "ACCESS_REFUSED"), errors.AuthenticationFailed),
         (
             px.ChannelClosedByBroker(
                 406, "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out"
             ),
-            TransientAdapterError,
+            errors.TransientAdapterError,
         ),
         (
             px.ChannelClosedByBroker(406, "PRECONDITION_FAILED - inequivalent arg"),
-            PermanentAdapterError,
+            errors.PermanentAdapterError,
         ),
         (
             px.ConnectionClosedByBroker(320, "CONNECTION_FORCED - broker shutdown"),
-            BrokerUnavailable,
+            errors.BrokerUnavailable,
         ),
-        (px.UnroutableError([]), PermanentAdapterError),
-        (ConnectionResetError("reset"), BrokerUnavailable),
+        (px.UnroutableError([]), errors.PermanentAdapterError),
+        (ConnectionResetError("reset"), errors.BrokerUnavailable),
     ],
 )
-def test_translation(exc: BaseException, expected: type[AdapterError]) -> None:
+def test_translation(exc: BaseException, expected: type[errors.AdapterError]) -> None:
     got = translate_pika_error(exc)
     assert type(got) is expected, got
     with pytest.raises(expected) as info, map_pika_errors():

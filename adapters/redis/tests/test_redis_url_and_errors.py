@@ -8,15 +8,7 @@ from pathlib import Path
 import pytest
 import redis.exceptions as rx
 
-from ackwise import BrokerURL, open_adapter
-from ackwise.errors import (
-    AdapterError,
-    AuthenticationFailed,
-    BrokerUnavailable,
-    InvalidBrokerURL,
-    PermanentAdapterError,
-    TransientAdapterError,
-)
+from ackwise import BrokerURL, errors, open_adapter
 from ackwise_conformance.brokers import BrokerHandle, free_port
 from ackwise_redis import ERROR_MAP, RedisAdapter, map_redis_errors, parse_redis_url
 
@@ -100,12 +92,12 @@ def test_unix_socket_url() -> None:
     ],
 )
 def test_invalid_urls_are_refused_with_the_reason(url: str, match: str) -> None:
-    with pytest.raises(InvalidBrokerURL, match=match):
+    with pytest.raises(errors.InvalidBrokerURL, match=match):
         open_adapter(url)
 
 
 def test_invalid_url_error_does_not_show_the_password() -> None:
-    with pytest.raises(InvalidBrokerURL) as info:
+    with pytest.raises(errors.InvalidBrokerURL) as info:
         open_adapter("redis://u:hunter2@h/0?bogus=1")
     assert "hunter2" not in str(info.value)
 
@@ -150,7 +142,7 @@ def test_each_redis_py_exception_becomes_an_adapter_error_from_it(
 ) -> None:
     # Cluster redirects parse their text ("<slot> <host>:<port>").
     exc = cls("3999 127.0.0.1:6381" if issubclass(cls, rx.AskError) else "boom")
-    with pytest.raises(AdapterError) as info:
+    with pytest.raises(errors.AdapterError) as info:
         with map_redis_errors("redis://h:6379/0"):
             raise exc
     assert info.value.__cause__ is exc
@@ -160,26 +152,28 @@ def test_each_redis_py_exception_becomes_an_adapter_error_from_it(
 @pytest.mark.parametrize(
     ("exc", "expected"),
     [
-        (rx.ConnectionError("Connection refused"), BrokerUnavailable),
-        (rx.TimeoutError("Timeout reading"), TransientAdapterError),
-        (rx.BusyLoadingError("Redis is loading the dataset in memory"), BrokerUnavailable),
-        (rx.AuthenticationError("invalid username-password pair"), AuthenticationFailed),
-        (rx.ResponseError("BUSY Redis is busy running a script"), TransientAdapterError),
+        (rx.ConnectionError("Connection refused"), errors.BrokerUnavailable),
+        (rx.TimeoutError("Timeout reading"), errors.TransientAdapterError),
+        (rx.BusyLoadingError("Redis is loading the dataset in memory"), errors.BrokerUnavailable),
+        (rx.AuthenticationError("invalid username-password pair"), errors.AuthenticationFailed),
+        (rx.ResponseError("BUSY Redis is busy running a script"), errors.TransientAdapterError),
         (
             rx.ResponseError("MISCONF Redis is configured to save RDB snapshots"),
-            TransientAdapterError,
+            errors.TransientAdapterError,
         ),
-        (rx.ResponseError("WRONGTYPE Operation against a key"), PermanentAdapterError),
+        (rx.ResponseError("WRONGTYPE Operation against a key"), errors.PermanentAdapterError),
         (
             rx.OutOfMemoryError("command not allowed when used memory > 'maxmemory'"),
-            TransientAdapterError,
+            errors.TransientAdapterError,
         ),
-        (rx.NoPermissionError("this user has no permissions"), PermanentAdapterError),
-        (ConnectionResetError(104, "reset by peer"), BrokerUnavailable),
-        (TimeoutError("timed out"), BrokerUnavailable),
+        (rx.NoPermissionError("this user has no permissions"), errors.PermanentAdapterError),
+        (ConnectionResetError(104, "reset by peer"), errors.BrokerUnavailable),
+        (TimeoutError("timed out"), errors.BrokerUnavailable),
     ],
 )
-def test_transient_and_permanent_errors(exc: BaseException, expected: type[AdapterError]) -> None:
+def test_transient_and_permanent_errors(
+    exc: BaseException, expected: type[errors.AdapterError]
+) -> None:
     with pytest.raises(expected) as info:
         with map_redis_errors("redis://h:6379/0"):
             raise exc
@@ -188,7 +182,7 @@ def test_transient_and_permanent_errors(exc: BaseException, expected: type[Adapt
 
 
 def test_a_password_echoed_by_the_driver_is_blanked() -> None:
-    with pytest.raises(AuthenticationFailed) as info:
+    with pytest.raises(errors.AuthenticationFailed) as info:
         with map_redis_errors("redis://h:6379/0", secret="hunter2"):
             raise rx.AuthenticationError("bad password hunter2")
     assert "hunter2" not in str(info.value)
@@ -196,7 +190,7 @@ def test_a_password_echoed_by_the_driver_is_blanked() -> None:
 
 def test_unreachable_redis_is_broker_unavailable() -> None:
     adapter = open_adapter(f"redis://127.0.0.1:{free_port()}/0?socket_connect_timeout=2")
-    with pytest.raises(BrokerUnavailable, match=r"127\.0\.0\.1"):
+    with pytest.raises(errors.BrokerUnavailable, match=r"127\.0\.0\.1"):
         adapter.open()
 
 
@@ -210,7 +204,7 @@ def test_wrong_password_is_authentication_failed_without_the_password(
     conn.read_response()
     admin.close()
     wrong = open_adapter(f"redis://worker:wrong-pw-123@{own_redis.host}:{own_redis.port}/0")
-    with pytest.raises(AuthenticationFailed) as info:
+    with pytest.raises(errors.AuthenticationFailed) as info:
         wrong.open()
     text = str(info.value) + repr(info.value) + str(info.value.__cause__)
     assert "wrong-pw-123" not in text and "right-pw" not in text

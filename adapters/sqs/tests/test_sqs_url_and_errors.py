@@ -8,17 +8,7 @@ import logging
 import pytest
 from botocore import exceptions as bx
 
-from ackwise import BrokerURL, open_adapter
-from ackwise.errors import (
-    AdapterError,
-    AuthenticationFailed,
-    BrokerUnavailable,
-    ConfigurationError,
-    InvalidBrokerURL,
-    PermanentAdapterError,
-    QueueNotFound,
-    TransientAdapterError,
-)
+from ackwise import BrokerURL, errors, open_adapter
 from ackwise_conformance.brokers import free_port
 from ackwise_sqs import SQSAdapter, map_botocore_errors, parse_sqs_url, translate_botocore_error
 
@@ -64,7 +54,7 @@ def test_defaults() -> None:
     ],
 )
 def test_bad_urls_are_refused_with_the_reason(url: str, says: str) -> None:
-    with pytest.raises(InvalidBrokerURL) as info:
+    with pytest.raises(errors.InvalidBrokerURL) as info:
         open_adapter(url)
     assert says in str(info.value)
     assert "s3cr3t" not in str(info.value)
@@ -82,7 +72,7 @@ def test_credentials_are_never_logged(
     port = free_port()  # nothing listens there
     adapter = open_adapter(f"sqs://?region=us-east-1&endpoint_url=http://127.0.0.1:{port}")
     caplog.set_level(logging.DEBUG)
-    with pytest.raises(BrokerUnavailable) as info:
+    with pytest.raises(errors.BrokerUnavailable) as info:
         adapter.stats("jobs")
     text = caplog.text + str(info.value)
     assert "very-secret-value" not in text
@@ -103,27 +93,29 @@ def _client_error(code: str, status: int) -> bx.ClientError:
 @pytest.mark.parametrize(
     ("code", "status", "expected"),
     [
-        ("ThrottlingException", 400, TransientAdapterError),
-        ("RequestThrottled", 403, TransientAdapterError),
-        ("InternalError", 500, TransientAdapterError),
-        ("ServiceUnavailable", 503, TransientAdapterError),
-        ("SomethingNew", 502, TransientAdapterError),
-        ("AccessDenied", 403, AuthenticationFailed),
-        ("InvalidClientTokenId", 403, AuthenticationFailed),
-        ("SignatureDoesNotMatch", 403, AuthenticationFailed),
-        ("AWS.SimpleQueueService.NonExistentQueue", 400, QueueNotFound),
-        ("QueueDoesNotExist", 400, QueueNotFound),
-        ("InvalidParameterValue", 400, PermanentAdapterError),
+        ("ThrottlingException", 400, errors.TransientAdapterError),
+        ("RequestThrottled", 403, errors.TransientAdapterError),
+        ("InternalError", 500, errors.TransientAdapterError),
+        ("ServiceUnavailable", 503, errors.TransientAdapterError),
+        ("SomethingNew", 502, errors.TransientAdapterError),
+        ("AccessDenied", 403, errors.AuthenticationFailed),
+        ("InvalidClientTokenId", 403, errors.AuthenticationFailed),
+        ("SignatureDoesNotMatch", 403, errors.AuthenticationFailed),
+        ("AWS.SimpleQueueService.NonExistentQueue", 400, errors.QueueNotFound),
+        ("QueueDoesNotExist", 400, errors.QueueNotFound),
+        ("InvalidParameterValue", 400, errors.PermanentAdapterError),
     ],
 )
 def test_client_errors_are_mapped_by_code_and_status(
-    code: str, status: int, expected: type[AdapterError]
+    code: str, status: int, expected: type[errors.AdapterError]
 ) -> None:
     with pytest.raises(expected) as info, map_botocore_errors("SQS ReceiveMessage"):
         raise _client_error(code, status)
     assert isinstance(info.value.__cause__, bx.ClientError)
     assert code in str(info.value)
-    assert isinstance(info.value, TransientAdapterError) == (expected is TransientAdapterError)
+    assert isinstance(info.value, errors.TransientAdapterError) == (
+        expected is errors.TransientAdapterError
+    )
 
 
 @pytest.mark.parametrize(
@@ -136,12 +128,14 @@ def test_client_errors_are_mapped_by_code_and_status(
     ],
 )
 def test_connection_errors_are_broker_unavailable(exc: Exception) -> None:
-    assert isinstance(translate_botocore_error(exc), BrokerUnavailable)
+    assert isinstance(translate_botocore_error(exc), errors.BrokerUnavailable)
 
 
 def test_missing_credentials_and_region_are_clear() -> None:
-    assert isinstance(translate_botocore_error(bx.NoCredentialsError()), AuthenticationFailed)
-    assert isinstance(translate_botocore_error(bx.NoRegionError()), ConfigurationError)
+    assert isinstance(
+        translate_botocore_error(bx.NoCredentialsError()), errors.AuthenticationFailed
+    )
+    assert isinstance(translate_botocore_error(bx.NoRegionError()), errors.ConfigurationError)
 
 
 def _all_botocore_errors() -> list[type[Exception]]:
@@ -160,4 +154,4 @@ def test_no_botocore_error_is_left_unmapped() -> None:
         if isinstance(exc, bx.ClientError):
             exc.response = {"Error": {"Code": "X"}, "ResponseMetadata": {}}
         mapped = translate_botocore_error(exc)
-        assert isinstance(mapped, AdapterError | ConfigurationError), cls
+        assert isinstance(mapped, errors.AdapterError | errors.ConfigurationError), cls

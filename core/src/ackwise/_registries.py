@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ackwise.errors import ConfigurationError, UnknownBrokerScheme
 
@@ -20,20 +20,6 @@ if TYPE_CHECKING:
     from ackwise._spi import Adapter
 
 __all__ = ["AdapterEntry", "AdapterRegistry", "LockEntry", "LockRegistry"]
-
-
-class _Registry:
-    def __init__(self) -> None:
-        self._current_plugin = "?"
-
-    @contextmanager
-    def registering(self, plugin: str) -> Iterator[None]:
-        """What is added inside is recorded as registered by ``plugin``."""
-        self._current_plugin = plugin
-        try:
-            yield
-        finally:
-            self._current_plugin = "?"
 
 
 # Where a scheme that is not installed usually comes from, for the error message.
@@ -49,28 +35,125 @@ _EXTRAS = {"ackwise-redis": "redis", "ackwise-rabbitmq": "rabbitmq", "ackwise-sq
 
 
 @dataclass(frozen=True)
-class AdapterEntry:
-    """One registered adapter: a scheme and where its class lives."""
+class _Entry:
+    """One registered class: a URL scheme and where the class lives (``"module:Class"``)."""
+
+    #: What the class is, for messages.
+    what: ClassVar[str] = ""
 
     scheme: str
     import_path: str
     distribution: str
     plugin: str
 
+    def _load(self, base: type) -> Any:
+        """Import the class, which must subclass ``base``; errors name the plugin's part."""
+        module_name, _, attr = self.import_path.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigurationError(
+                f"{self.what} for scheme {self.scheme!r} ({self.import_path}, from "
+                f"{self.distribution}) cannot be imported: {exc}"
+            ) from exc
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise ConfigurationError(
+                f"{self.import_path} ({self.what} for scheme {self.scheme!r}) is not an "
+                f"ackwise.{base.__name__} subclass"
+            )
+        return cls
+
+
+@dataclass(frozen=True)
+class AdapterEntry(_Entry):
+    """One registered adapter."""
+
+    what: ClassVar[str] = "adapter"
+
     def load(self) -> type[Adapter]:
         """Import the adapter class."""
         from ackwise._spi import Adapter
 
-        cls: type[Adapter] = _import_class(self, Adapter, "adapter", "scheme")
+        cls: type[Adapter] = self._load(Adapter)
         return cls
 
 
-class AdapterRegistry(_Registry):
-    """What ``ackwise_register_adapters`` hooks fill in."""
+@dataclass(frozen=True)
+class LockEntry(_Entry):
+    """One registered lock backend."""
+
+    what: ClassVar[str] = "lock backend"
+
+    def load(self) -> type[LeaderLock]:
+        """Import the backend class."""
+        from ackwise._locks import LeaderLock
+
+        cls: type[LeaderLock] = self._load(LeaderLock)
+        return cls
+
+
+E = TypeVar("E", bound=_Entry)
+
+
+class _Registry(Generic[E]):
+    """Scheme -> entry, filled by plugins; knows which plugin is registering."""
+
+    entry_type: type[E]
+    #: Appended to the error for a scheme registered twice.
+    twice_hint = ""
+
+    def __init__(self) -> None:
+        self._current_plugin = "?"
+        self._entries: dict[str, E] = {}
+
+    @contextmanager
+    def registering(self, plugin: str) -> Iterator[None]:
+        """What is added inside is recorded as registered by ``plugin``."""
+        self._current_plugin = plugin
+        try:
+            yield
+        finally:
+            self._current_plugin = "?"
+
+    def add(self, scheme: str, import_path: str, *, distribution: str = "?") -> None:
+        """Register ``import_path`` (``"module:Class"``) for URLs starting ``scheme://``.
+
+        :raises ConfigurationError: the path is malformed, or another plugin registered the
+            same scheme.
+        """
+        what = self.entry_type.what
+        scheme = scheme.lower()
+        if ":" not in import_path:
+            raise ConfigurationError(
+                f"{what} import path {import_path!r} for scheme {scheme!r} must look like "
+                "'package.module:ClassName'"
+            )
+        if scheme in self._entries:
+            other = self._entries[scheme]
+            raise ConfigurationError(
+                f"{what} scheme {scheme!r} is registered twice: by {other.plugin} "
+                f"({other.import_path}) and by {self._current_plugin} ({import_path})"
+                + self.twice_hint
+            )
+        self._entries[scheme] = self.entry_type(
+            scheme, import_path, distribution, self._current_plugin
+        )
+
+    def schemes(self) -> list[str]:
+        return sorted(self._entries)
+
+    def entries(self) -> list[E]:
+        return [self._entries[s] for s in self.schemes()]
+
+
+class AdapterRegistry(_Registry[AdapterEntry]):
+    """What ``ackwise_register_adapters`` hooks fill in (adapters and idempotency stores)."""
+
+    entry_type = AdapterEntry
+    twice_hint = "; uninstall one, or block one with ACKWISE_PLUGINS_BLOCK"
 
     def __init__(self) -> None:
         super().__init__()
-        self._entries: dict[str, AdapterEntry] = {}
         self._stores: dict[str, tuple[str, str]] = {}  # scheme -> (import path, plugin)
 
     def add_idempotency_store(self, scheme: str, import_path: str) -> None:
@@ -100,34 +183,6 @@ class AdapterRegistry(_Registry):
     def idempotency_schemes(self) -> list[str]:
         return sorted(self._stores)
 
-    def add(self, scheme: str, import_path: str, *, distribution: str = "?") -> None:
-        """Register ``import_path`` (``"module:Class"``) for URLs starting ``scheme://``.
-
-        :raises ConfigurationError: another plugin registered the same scheme.
-        """
-        scheme = scheme.lower()
-        if ":" not in import_path:
-            raise ConfigurationError(
-                f"adapter import path {import_path!r} for scheme {scheme!r} must look like "
-                "'package.module:ClassName'"
-            )
-        if scheme in self._entries:
-            other = self._entries[scheme]
-            raise ConfigurationError(
-                f"broker scheme {scheme!r} is registered twice: by {other.plugin} "
-                f"({other.import_path}) and by {self._current_plugin} ({import_path}); "
-                "uninstall one, or block one with ACKWISE_PLUGINS_BLOCK"
-            )
-        self._entries[scheme] = AdapterEntry(
-            scheme, import_path, distribution, self._current_plugin
-        )
-
-    def schemes(self) -> list[str]:
-        return sorted(self._entries)
-
-    def entries(self) -> list[AdapterEntry]:
-        return [self._entries[s] for s in self.schemes()]
-
     def get(self, scheme: str) -> AdapterEntry:
         """Return the entry for ``scheme``; raise :class:`UnknownBrokerScheme` naming the fix."""
         try:
@@ -140,51 +195,10 @@ class AdapterRegistry(_Registry):
             raise UnknownBrokerScheme(scheme, self.schemes(), hint) from None
 
 
-@dataclass(frozen=True)
-class LockEntry:
-    """One registered lock backend: a URL scheme and where its class lives."""
-
-    scheme: str
-    import_path: str
-    distribution: str
-    plugin: str
-
-    def load(self) -> type[LeaderLock]:
-        """Import the backend class."""
-        from ackwise._locks import LeaderLock
-
-        cls: type[LeaderLock] = _import_class(self, LeaderLock, "lock backend", "lock scheme")
-        return cls
-
-
-class LockRegistry(_Registry):
+class LockRegistry(_Registry[LockEntry]):
     """What ``ackwise_register_lock_backends`` hooks fill in."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._entries: dict[str, LockEntry] = {}
-
-    def add(self, scheme: str, import_path: str, *, distribution: str = "?") -> None:
-        """Register ``import_path`` (``"module:Class"``) as the lock backend for ``scheme://``.
-
-        :raises ConfigurationError: the path is malformed or the scheme is registered twice.
-        """
-        scheme = scheme.lower()
-        if ":" not in import_path:
-            raise ConfigurationError(
-                f"lock backend import path {import_path!r} for scheme {scheme!r} must look "
-                "like 'package.module:ClassName'"
-            )
-        if scheme in self._entries:
-            other = self._entries[scheme]
-            raise ConfigurationError(
-                f"lock scheme {scheme!r} is registered twice: by {other.plugin} "
-                f"({other.import_path}) and by {self._current_plugin} ({import_path})"
-            )
-        self._entries[scheme] = LockEntry(scheme, import_path, distribution, self._current_plugin)
-
-    def schemes(self) -> list[str]:
-        return sorted(self._entries)
+    entry_type = LockEntry
 
     def get(self, scheme: str) -> LockEntry:
         """The entry for ``scheme``; an error naming the installed schemes when there is none."""
@@ -197,21 +211,3 @@ class LockRegistry(_Registry):
                 "no installed plugin provides a leader lock for it; pass --lock with a "
                 "URL of one of those schemes",
             ) from None
-
-
-def _import_class(entry: AdapterEntry | LockEntry, base: type, what: str, scheme: str) -> Any:
-    """Import ``entry``'s class, which must subclass ``base``; errors name the plugin's part."""
-    module_name, _, attr = entry.import_path.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(
-            f"{what} for scheme {entry.scheme!r} ({entry.import_path}, from "
-            f"{entry.distribution}) cannot be imported: {exc}"
-        ) from exc
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise ConfigurationError(
-            f"{entry.import_path} ({scheme} {entry.scheme!r}) is not an "
-            f"ackwise.{base.__name__} subclass"
-        )
-    return cls

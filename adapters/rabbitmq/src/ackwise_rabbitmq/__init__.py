@@ -30,16 +30,15 @@ __all__ = [
     "translate_pika_error",
 ]
 
+#: Where each public name lives: imported from there on first use.
 _WHERE = {
-    "DELAY_TIERS": "_adapter",
-    "MAX_MESSAGE_SIZE": "_adapter",
-    "RabbitMQAdapter": "_adapter",
-    "Receipt": "_adapter",
-    "ERROR_MAP": "_errors",
-    "map_pika_errors": "_errors",
-    "translate_pika_error": "_errors",
-    "RabbitMQSettings": "_url",
-    "parse_rabbitmq_url": "_url",
+    name: module
+    for module, names in {
+        "_adapter": ("DELAY_TIERS", "MAX_MESSAGE_SIZE", "RabbitMQAdapter", "Receipt"),
+        "_errors": ("ERROR_MAP", "map_pika_errors", "translate_pika_error"),
+        "_url": ("RabbitMQSettings", "parse_rabbitmq_url"),
+    }.items()
+    for name in names
 }
 
 

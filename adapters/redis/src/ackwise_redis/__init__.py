@@ -25,15 +25,16 @@ __all__ = [
     "translate_redis_error",
 ]
 
+#: Where each public name lives: imported from there on first use.
 _WHERE = {
-    "MAX_MESSAGE_SIZE": "_adapter",
-    "RedisAdapter": "_adapter",
-    "RedisLeaderLock": "_lock",
-    "ERROR_MAP": "_errors",
-    "map_redis_errors": "_errors",
-    "translate_redis_error": "_errors",
-    "RedisSettings": "_url",
-    "parse_redis_url": "_url",
+    name: module
+    for module, names in {
+        "_adapter": ("MAX_MESSAGE_SIZE", "RedisAdapter"),
+        "_lock": ("RedisLeaderLock",),
+        "_errors": ("ERROR_MAP", "map_redis_errors", "translate_redis_error"),
+        "_url": ("RedisSettings", "parse_redis_url"),
+    }.items()
+    for name in names
 }
 
 

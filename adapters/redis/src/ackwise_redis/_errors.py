@@ -45,6 +45,11 @@ _T, _U, _A, _P = (
     PermanentAdapterError,
 )
 
+_CLUSTER_REDIRECT = (
+    "Redis Cluster redirect: this endpoint is a cluster node; ackwise-redis connects to one "
+    "Redis (standalone, or the master behind a proxy)"
+)
+
 #: redis-py exception class -> (ackwise class, what it means here).
 ERROR_MAP: ErrorTable = {
     rx.RedisError: (_P, "Redis error"),
@@ -83,16 +88,8 @@ ERROR_MAP: ErrorTable = {
     rx.MasterDownError: (_T, "the Redis master is down"),
     rx.TryAgainError: (_T, "Redis Cluster asks to try again"),
     rx.ClusterCrossSlotError: (_P, "keys of one script are in different cluster slots"),
-    rx.AskError: (
-        _P,
-        "Redis Cluster redirect: this endpoint is a cluster node; ackwise-redis connects to "
-        "one Redis (standalone, or the master behind a proxy)",
-    ),
-    rx.MovedError: (
-        _P,
-        "Redis Cluster redirect: this endpoint is a cluster node; ackwise-redis connects to "
-        "one Redis (standalone, or the master behind a proxy)",
-    ),
+    rx.AskError: (_P, _CLUSTER_REDIRECT),
+    rx.MovedError: (_P, _CLUSTER_REDIRECT),
     rx.RedisClusterException: (_P, "Redis Cluster client error"),
     rx.SlotNotCoveredError: (_T, "no cluster node serves the queue's slot"),
     rx.CrossSlotTransactionError: (_P, "keys of one transaction are in different cluster slots"),

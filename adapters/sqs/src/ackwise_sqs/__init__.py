@@ -39,19 +39,22 @@ __all__ = [
     "translate_botocore_error",
 ]
 
+#: Where each public name lives: imported from there on first use.
 _WHERE = {
-    "MAX_DELAY": "_adapter",
-    "MAX_MESSAGE_SIZE": "_adapter",
-    "MAX_VISIBILITY": "_adapter",
-    "SQSAdapter": "_adapter",
-    "SQSReceipt": "_adapter",
-    "sqs_queue_name": "_adapter",
-    "VisibilityCapReached": "_errors",
-    "map_botocore_errors": "_errors",
-    "translate_botocore_error": "_errors",
-    "MAX_DELAY_SECONDS": "_url",
-    "SQSSettings": "_url",
-    "parse_sqs_url": "_url",
+    name: module
+    for module, names in {
+        "_adapter": (
+            "MAX_DELAY",
+            "MAX_MESSAGE_SIZE",
+            "MAX_VISIBILITY",
+            "SQSAdapter",
+            "SQSReceipt",
+            "sqs_queue_name",
+        ),
+        "_errors": ("VisibilityCapReached", "map_botocore_errors", "translate_botocore_error"),
+        "_url": ("MAX_DELAY_SECONDS", "SQSSettings", "parse_sqs_url"),
+    }.items()
+    for name in names
 }
 
 
