@@ -278,7 +278,6 @@ class Worker:
                         deadlines.append(time.monotonic() + hard_deadline - time.time())
                     timeout = min(timeout, max(0.0, min(deadlines) - time.monotonic()))
                     self._drain_completions(block=timeout)
-                    settler.waited()
             except TransientAdapterError as exc:
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > cfg.broker_timeout:

@@ -124,12 +124,20 @@ class _Consuming(_Publishing):
                 # A window short of the budget keeps the worker's buffer low: it then asks
                 # for more after every task and gets one or two (0.75x the drain rate at
                 # concurrency 1 with windows of 2/3 of the budget).
-                grow = not consumers or (
-                    (sum(c.outstanding for c in consumers) >= credit and wait > 0) or want > credit
-                )
+                # A window that grew (an automatic budget: a fixed one keeps its first) keeps a
+                # quarter more than the budget for the acks still on their way through the
+                # quorum queue's log, which hold their slots meanwhile (windows of exactly the
+                # budget: 0.83x the drain rate at concurrency 1).
+                short = want > credit
+                thin = len(consumers) > 1 and want + want // 4 > credit
+                full = sum(c.outstanding for c in consumers) >= credit and wait > 0
+                grow = not consumers or short or thin or full
             if grow:
                 n = len(consumers)
-                more = max(want - credit, credit, 1)
+                if not consumers:
+                    more = max(want, 1)
+                else:
+                    more = max(want + want // 4 - credit, credit if short else credit // 2, 1)
                 self._call(lambda: self._add_consumer(queue, more, n))
             if wait > 0:
                 deadline = time.monotonic() + wait
