@@ -140,3 +140,28 @@ def test_the_password_is_scrubbed_from_driver_messages() -> None:
         px.AMQPConnectionError("amqp://u:hunter2@h failed"), secret="hunter2"
     )
     assert "hunter2" not in str(got)
+
+
+def test_the_conformance_suite_asks_for_heartbeats_as_short_as_its_leases() -> None:
+    """A frozen consumer loses its deliveries when its connection ends: the crash scenarios'
+    1 s leases need 2 s heartbeats, added to a URL that does not say, refused otherwise."""
+    from ackwise_conformance.harness import lease_url
+
+    base = "amqp://guest:guest@127.0.0.1:5672/%2F"
+    assert RabbitMQAdapter.lease_options(1.0) == {"heartbeat": "2"}
+    url, added = lease_url(base, 1.0)
+    assert added == {"heartbeat": "2"} and _settings(url).heartbeat == 2.0
+    assert lease_url(f"{base}?heartbeat=2", 1.0) == (f"{base}?heartbeat=2", {})
+    assert lease_url(f"{base}?prefix=x", 2.0)[0] == f"{base}?prefix=x&heartbeat=4"
+    with pytest.raises(errors.ConfigurationError, match=r"need heartbeat=2 .* sets heartbeat=60"):
+        lease_url(f"{base}?heartbeat=60", 1.0)
+    assert lease_url("sqlite:///x.db", 1.0) == ("sqlite:///x.db", {})
+
+
+def test_in_flight_counts_every_consumer_only_through_the_management_api() -> None:
+    # AMQP counts ready messages only: without the management API stats().in_flight is this
+    # connection's own, and the capability says so (the suite then reads the journal).
+    base = "amqp://guest:guest@127.0.0.1:5672/%2F"
+    assert open_adapter(base).capabilities.global_in_flight is False
+    managed = open_adapter(f"{base}?management=http://127.0.0.1:15672")
+    assert managed.capabilities.global_in_flight is True

@@ -87,6 +87,14 @@ class Capabilities:
     #: broker URL says it, the adapter's instance carries it (see :attr:`Adapter.capabilities`).
     #: The worker refuses at start a task whose ``time_limit`` is longer.
     max_hold: float | None = None
+    #: The broker pushes into a consumer window that counts unacknowledged messages (AMQP
+    #: ``basic.qos``): a late ack the worker has not sent yet holds its slot, so the worker
+    #: sends its pending acks before it asks for more.  Elsewhere they wait to share a call.
+    push_window: bool = False
+    #: ``stats().in_flight`` counts the deliveries of every consumer.  False where the broker
+    #: tells only this connection's own (RabbitMQ without its management API: AMQP has no
+    #: count of other consumers' unacknowledged messages).
+    global_in_flight: bool = True
 
     def holds_delay(self, delay: float) -> bool:
         """Whether the broker can hold a message ``delay`` seconds before it is delivered."""
@@ -285,6 +293,19 @@ class Adapter(abc.ABC):
 
     def __init__(self, url: BrokerURL) -> None:
         self.url = url
+
+    @classmethod
+    def lease_options(cls, lease: float) -> dict[str, str]:
+        """URL options under which a consumer that stops answering loses its deliveries
+        within a few leases of ``lease`` seconds (default: none).
+
+        For an adapter whose leases last as long as the connection
+        (``LeaseExtension.CONNECTION``) the URL, not the worker's ``--lease``, says how soon a
+        frozen or cut-off consumer's deliveries go to others: RabbitMQ's ``heartbeat``.  The
+        conformance suite adds these to the URL it is given, or refuses one that sets them
+        otherwise.
+        """
+        return {}
 
     # -- lifecycle -------------------------------------------------------------------------
     @abc.abstractmethod

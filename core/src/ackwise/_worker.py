@@ -87,7 +87,12 @@ class Worker:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self.events = Events(listeners, app.plugins)
         self.settler = Settler(
-            self.adapter, self.events, self.counters, self.worker_id, batch=self._batch
+            self.adapter,
+            self.events,
+            self.counters,
+            self.worker_id,
+            batch=self._batch,
+            push_window=app.adapter_class.capabilities.push_window,
         )
         self.claims = Claims(app, self.worker_id, self.config.lease)
         self.intake = Intake(app, self.config, self.settler)

@@ -108,15 +108,27 @@ class RabbitMQAdapter(_Browsing, _Consuming, _Publishing, _Topology, _IOThread):
         # A quorum queue frees a window slot only once the ack went through its log: a fast
         # worker needs a deeper window than 4 x concurrency to keep busy.
         deep_prefetch=True,
+        # basic.qos counts a delivery until its ack arrives.
+        push_window=True,
     )
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
         # How long the broker lets a delivery stay unacknowledged is the URL's
         # consumer_timeout (AMQP cannot read it).
+        # Without the management API, stats() sees only this connection's unacknowledged
+        # deliveries (AMQP counts ready messages only).
         self.capabilities = dataclasses.replace(
-            type(self).capabilities, max_hold=self.settings.consumer_timeout
+            type(self).capabilities,
+            max_hold=self.settings.consumer_timeout,
+            global_in_flight=bool(self.settings.management),
         )
+
+    @classmethod
+    def lease_options(cls, lease: float) -> dict[str, str]:
+        """Heartbeats of twice the lease: a frozen consumer's connection, and so its
+        deliveries, end after about two missed heartbeats."""
+        return {"heartbeat": str(max(1, round(2 * lease)))}
 
     def __repr__(self) -> str:
         return f"<RabbitMQAdapter {self.settings.where} {self.settings.queue_type}>"
