@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ackwise import Ack, redact_url
+from ackwise.errors import ConfigurationError
 
 MODES = {"early": Ack.EARLY, "late": Ack.LATE, "reject_on_lost": Ack.REJECT_ON_LOST}
 
@@ -144,7 +145,7 @@ def _level1(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
 
 
 def _level2(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
-    from ackwise_conformance.harness import SimpleBroker
+    from ackwise_conformance.harness import LEASE, SimpleBroker, lease_url
     from ackwise_conformance.scenarios import SCENARIOS, cases, run_case
 
     scenario_ids = [s.strip().upper() for arg in args.scenario for s in arg.split(",") if s.strip()]
@@ -154,12 +155,19 @@ def _level2(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
             f"ackwise conformance: unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}"
         )
     modes = [MODES[m] for m in args.mode] or None
-    broker = SimpleBroker(args.url)
+    try:
+        url, added = lease_url(args.url, LEASE * args.time_scale)
+    except ConfigurationError as exc:
+        raise SystemExit(f"ackwise conformance: {exc}") from None
+    broker = SimpleBroker(url)
     selected = cases(scenario_ids or None, modes)
     print(
         f"\nlevel 2: {len(selected)} crash-scenario cases against {redact_url(args.url)}",
         flush=True,
     )
+    if added:
+        settings = ", ".join(f"{k}={v}" for k, v in added.items())
+        print(f"  connection settings for leases of {LEASE * args.time_scale:g}s: {settings}")
     rows = []
     for i, (sid, mode) in enumerate(selected, 1):
         result = run_case(broker, sid, mode, workdir / "level2", time_scale=args.time_scale)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from ackwise import (
     Ack,
@@ -36,7 +36,7 @@ from ackwise import (
     open_adapter,
     open_lock,
 )
-from ackwise.errors import AdapterError
+from ackwise.errors import AdapterError, ConfigurationError
 from ackwise.testing import InProcessWorker
 from ackwise_conformance.brokers import _address_of, _replace_address
 from ackwise_conformance.helpers import eventually
@@ -116,6 +116,63 @@ class SimpleBroker:
 
     def restart(self) -> None:
         raise NotApplicable(f"broker {self.name}: the suite does not own a broker process")
+
+
+#: The workers' lease in the scenarios, before the time scale (see :meth:`Harness.t`).
+LEASE = 1.0
+
+
+def lease_url(url: str, lease: float) -> tuple[str, dict[str, str]]:
+    """``url`` with the options its adapter needs for leases of ``lease`` seconds, and the
+    options that were added (see :meth:`ackwise.Adapter.lease_options`).
+
+    :raises ConfigurationError: the URL sets one of them to another value.
+    """
+    wanted = type(open_adapter(url)).lease_options(lease)
+    given = dict(parse_qsl(urlsplit(url).query))
+    wrong = {k: v for k, v in wanted.items() if k in given and given[k] != v}
+    if wrong:
+        raise ConfigurationError(
+            "the crash scenarios need "
+            + ", ".join(f"{k}={v}" for k, v in wrong.items())
+            + f" for leases of {lease:g}s, the URL sets "
+            + ", ".join(f"{k}={given[k]}" for k in wrong)
+            + ": leave them out (the suite sets them) or give those values"
+        )
+    added = {k: v for k, v in wanted.items() if k not in given}
+    if not added:
+        return url, {}
+    extra = "&".join(f"{k}={v}" for k, v in added.items())
+    parts = urlsplit(url)
+    query = f"{parts.query}&{extra}" if parts.query else extra
+    return urlunsplit(parts._replace(query=query)), added
+
+
+class _LeaseOptions:
+    """A broker whose URLs (direct and through a proxy) carry the lease options too."""
+
+    def __init__(self, broker: Broker, added: dict[str, str]) -> None:
+        self._broker = broker
+        self._extra = "&".join(f"{k}={v}" for k, v in added.items())
+
+    def _with(self, url: str) -> str:
+        return f"{url}{'&' if '?' in url else '?'}{self._extra}"
+
+    @property
+    def url(self) -> str:
+        return self._with(self._broker.url)
+
+    def url_via(self, host: str, port: int) -> str:
+        return self._with(self._broker.url_via(host, port))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._broker, name)
+
+
+def with_lease_options(broker: Broker, lease: float) -> Broker:
+    """``broker``, its URLs carrying what :func:`lease_url` adds (raises as it does)."""
+    _, added = lease_url(broker.url, lease)
+    return _LeaseOptions(broker, added) if added else broker  # type: ignore[return-value]
 
 
 def process_stopped(pid: int) -> bool:
@@ -338,7 +395,7 @@ class Harness:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.scale = time_scale
-        self.lease = 1.0 * time_scale
+        self.lease = LEASE * time_scale
         self.queue = f"conformance-{uuid.uuid4().hex[:12]}"
         self.journal = Journal(workdir / "journal.jsonl")
         self.gates = workdir / "gates"
@@ -372,6 +429,7 @@ class Harness:
         self._fires: dict[str, list[Fire]] = {}
         self._extra_queues: set[str] = set()
         self._published: dict[str, str] = {}  # message id -> key
+        self._idempotency_keys: dict[str, str] = {}  # message id -> its idempotency key
         self._probe: Adapter | None = None
         self._probe_thread: threading.Thread | None = None
 
@@ -429,6 +487,8 @@ class Harness:
             raise
         for key, mid in zip(keys, ids, strict=True):
             self._published[mid] = key
+            if headers and headers.get("idempotency_key"):
+                self._idempotency_keys[mid] = str(headers["idempotency_key"])
         self.journal.write("publish-ok", ids=ids, keys=list(keys))
         return ids
 
@@ -657,9 +717,42 @@ class Harness:
     def dead_letters(self) -> list[DeadLetter]:
         return list(self.adapter.dead_letters(self.queue, limit=10_000))
 
+    @property
+    def counts_in_flight(self) -> bool:
+        """Whether ``stats().in_flight`` counts what every consumer holds.
+
+        RabbitMQ without its management API counts only the suite's own connection: what the
+        workers hold is then known from the journal only (see :meth:`settled`).
+        """
+        return self.capabilities.global_in_flight
+
     def settled(self, *, delayed: bool = True) -> bool:
+        """Nothing ready (or delayed) on the case's queue and nothing held by a worker."""
         st = self.stats()
-        return st.ready == 0 and st.in_flight == 0 and (not delayed or st.delayed == 0)
+        if st.ready or (delayed and st.delayed):
+            return False
+        if self.counts_in_flight:
+            return st.in_flight == 0
+        return self.accounted()
+
+    def accounted(self) -> bool:
+        """Every published message ended, is a dead letter, or (``EARLY``) started.
+
+        What a broker that cannot count the workers' deliveries leaves to the journal: a
+        message neither ready nor delayed that has not ended is still held by a worker.  A
+        message skipped for its idempotency key counts once another one with that key ended;
+        an early-acked task that started may be lost (the checker decides).
+        """
+        records = self.journal.records()
+        ended = {r.get("id") for r in records if r["ev"] == "end"}
+        started = {r.get("id") for r in records if r["ev"] == "start"}
+        done = ended | {d.message_id for d in self.dead_letters()}
+        if self.mode is Ack.EARLY:
+            done |= started
+        keys_done = {k for mid, k in self._idempotency_keys.items() if mid in ended}
+        return all(
+            mid in done or self._idempotency_keys.get(mid) in keys_done for mid in self._published
+        )
 
     def drain(self, timeout: float | None = None) -> None:
         """Wait until nothing is ready, delayed or in flight on the case's queue, and the
