@@ -10,6 +10,13 @@ URL scheme by the ackwise plugin hook at the bottom of this module::
     broken-no-redelivery:///path.db   expired leases are never taken again
     broken-shutdown-loss:///path.db   returns are deferred to the next poll; close() drops them
 
+Two more count in ``stats().in_flight`` only the deliveries of their own instance, as RabbitMQ
+does without its management API (``global_in_flight=False``): the suite must neither claim a
+violation it cannot see on the correct one nor miss the stale ack on the broken one::
+
+    own-in-flight:///path.db                      no bug: only the count is this instance's
+    broken-stale-ack-own-in-flight:///path.db     broken-stale-ack, counting as above
+
 Use: put this directory on ``PYTHONPATH`` and set ``ACKWISE_PLUGINS=broken_adapters`` (worker
 processes of the crash scenarios inherit both).  ``tests/test_selftest.py`` runs the
 conformance suite against each of them through pytester and asserts which named scenario
@@ -46,6 +53,7 @@ from ackwise import (
     BrokerURL,
     Delivery,
     Outgoing,
+    QueueStats,
     get_plugins,
     hookimpl,
 )
@@ -61,6 +69,8 @@ SCHEMES = {
     "broken-pop-first": "PopFirstAdapter",
     "broken-no-redelivery": "NoRedeliveryAdapter",
     "broken-shutdown-loss": "ShutdownLossAdapter",
+    "own-in-flight": "OwnInFlightAdapter",
+    "broken-stale-ack-own-in-flight": "StaleAckOwnInFlightAdapter",
 }
 
 # Row states of the sqlite adapter's table (see ackwise's _sqlite.py).
@@ -361,6 +371,43 @@ def _classes() -> dict[str, type[Adapter]]:
             self._returns.clear()  # the bug: pending returns are forgotten, not flushed
             super().close()
 
+    # -- 7. counts only its own deliveries in flight (not a bug: RabbitMQ without management) --
+    class _OwnInFlight(_Broken):
+        """``stats().in_flight`` counts only what this instance received and holds still."""
+
+        capabilities = dataclasses.replace(sqlite_adapter.capabilities, global_in_flight=False)
+
+        def __init__(self, url: BrokerURL) -> None:
+            super().__init__(url)
+            self._own: set[tuple[int, int]] = set()
+
+        def receive(
+            self, queue: str, *, max_messages: int, wait: float, lease: float
+        ) -> Sequence[Delivery]:
+            got = super().receive(queue, max_messages=max_messages, wait=wait, lease=lease)
+            self._own.update(tuple(d.receipt) for d in got)
+            return got
+
+        def stats(self, queue: str) -> QueueStats:
+            st = super().stats(queue)
+            rows = (
+                self._conn()
+                .execute(
+                    f"SELECT seq, token FROM ackwise_messages WHERE queue = ? AND state = {IN_FLIGHT}",
+                    (queue,),
+                )
+                .fetchall()
+            )
+            return dataclasses.replace(
+                st, in_flight=sum(1 for seq, token in rows if (seq, token) in self._own)
+            )
+
+    class OwnInFlightAdapter(_OwnInFlight):
+        name = "own-in-flight"
+
+    class StaleAckOwnInFlightAdapter(_OwnInFlight, StaleAckAdapter):  # type: ignore[misc]
+        name = "broken-stale-ack-own-in-flight"
+
     classes: list[type[Adapter]] = [
         NackDropAdapter,
         StaleAckAdapter,
@@ -368,5 +415,7 @@ def _classes() -> dict[str, type[Adapter]]:
         PopFirstAdapter,
         NoRedeliveryAdapter,
         ShutdownLossAdapter,
+        OwnInFlightAdapter,
+        StaleAckOwnInFlightAdapter,
     ]
     return {cls.__name__: cls for cls in classes}
