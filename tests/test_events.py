@@ -58,3 +58,19 @@ def test_emit_feeds_listeners_and_hooks_the_same_event() -> None:
             "queue": "q",
         }
     ]
+
+
+def test_the_events_of_every_task_are_heard_by_a_hook_without_listeners() -> None:
+    # The worker builds started/succeeded events only when heard: a plugin's hook alone must
+    # be enough (run_worker always adds a listener, so worker tests do not show this).
+    class Plugins:
+        def __init__(self, hooks: set[str]) -> None:
+            self.hooks = hooks
+
+        def emitter(self, hook: str):  # type: ignore[no-untyped-def]
+            return (lambda **kw: None) if hook in self.hooks else None
+
+    assert Events([], Plugins({"ackwise_task_started"})).heard == {Started}  # type: ignore[arg-type]
+    assert Events([], Plugins(set())).heard == frozenset()  # type: ignore[arg-type]
+    everyone = Events([lambda kind, info: None], Plugins(set()))  # type: ignore[arg-type]
+    assert everyone.heard == frozenset(EVENTS)

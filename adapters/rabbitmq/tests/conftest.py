@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+from ackwise_conformance.harness import WithOptions, with_options
 
 
 @pytest.fixture(scope="session")
@@ -28,34 +29,11 @@ def rabbitmq_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker
     handle.stop()
 
 
-def with_options(url: str, **options: object) -> str:
-    """``url`` with more query options."""
-    extra = "&".join(f"{k}={v}" for k, v in options.items())
-    if not extra:
-        return url
-    return f"{url}{'&' if '?' in url else '?'}{extra}"
-
-
 @pytest.fixture
 def rabbitmq_url(rabbitmq_broker: BrokerHandle) -> str:
     """The private node's URL: a short heartbeat (a lost consumer is noticed in seconds) and
     management totals no older than the call (the node's quorum tick is 200 ms)."""
     return with_options(rabbitmq_broker.url, heartbeat=2, management_lag=0.3)
-
-
-class WithOptions:
-    """A broker handle whose URLs (direct and through a proxy) carry more query options."""
-
-    def __init__(self, handle: BrokerHandle, **options: object) -> None:
-        self._handle = handle
-        self._options = options
-        self.url = with_options(handle.url, **options)
-
-    def url_via(self, host: str, port: int) -> str:
-        return with_options(self._handle.url_via(host, port), **self._options)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._handle, name)
 
 
 @pytest.fixture

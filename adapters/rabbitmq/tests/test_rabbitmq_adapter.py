@@ -15,15 +15,10 @@ from ackwise import App, Outgoing, QueueSpec, open_adapter
 from ackwise.errors import QueueNotFound, StaleReceipt, TransientAdapterError
 from ackwise.testing import InProcessWorker, run_worker
 from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+from ackwise_conformance.harness import with_options
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.proxy import FaultProxy
 from ackwise_rabbitmq import RabbitMQAdapter
-
-
-def with_options(url: str, **options: object) -> str:
-    extra = "&".join(f"{k}={v}" for k, v in options.items())
-    return f"{url}{'&' if '?' in url else '?'}{extra}"
-
 
 #: The private node for the consumer_timeout tests: a delivery held 3 s is taken back.
 CONSUMER_TIMEOUT = 3.0

@@ -140,30 +140,27 @@ def lease_url(url: str, lease: float) -> tuple[str, dict[str, str]]:
             + ": leave them out (the suite sets them) or give those values"
         )
     added = {k: v for k, v in wanted.items() if k not in given}
-    if not added:
-        return url, {}
-    extra = "&".join(f"{k}={v}" for k, v in added.items())
-    parts = urlsplit(url)
-    query = f"{parts.query}&{extra}" if parts.query else extra
-    return urlunsplit(parts._replace(query=query)), added
+    return with_options(url, **added), added
 
 
-class _LeaseOptions:
-    """A broker whose URLs (direct and through a proxy) carry the lease options too."""
+def with_options(url: str, **options: object) -> str:
+    """``url`` with more query options (appended: the URL's own stay as they are)."""
+    extra = "&".join(f"{k}={v}" for k, v in options.items())
+    if not extra:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}{extra}"
 
-    def __init__(self, broker: Broker, added: dict[str, str]) -> None:
+
+class WithOptions:
+    """A broker whose URLs (direct and through a proxy) carry more query options."""
+
+    def __init__(self, broker: Broker, **options: object) -> None:
         self._broker = broker
-        self._extra = "&".join(f"{k}={v}" for k, v in added.items())
-
-    def _with(self, url: str) -> str:
-        return f"{url}{'&' if '?' in url else '?'}{self._extra}"
-
-    @property
-    def url(self) -> str:
-        return self._with(self._broker.url)
+        self._options = options
+        self.url = with_options(broker.url, **options)
 
     def url_via(self, host: str, port: int) -> str:
-        return self._with(self._broker.url_via(host, port))
+        return with_options(self._broker.url_via(host, port), **self._options)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._broker, name)
@@ -172,7 +169,7 @@ class _LeaseOptions:
 def with_lease_options(broker: Broker, lease: float) -> Broker:
     """``broker``, its URLs carrying what :func:`lease_url` adds (raises as it does)."""
     _, added = lease_url(broker.url, lease)
-    return _LeaseOptions(broker, added) if added else broker  # type: ignore[return-value]
+    return WithOptions(broker, **added) if added else broker
 
 
 def process_stopped(pid: int) -> bool:
