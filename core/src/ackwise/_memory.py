@@ -340,6 +340,11 @@ class MemoryAdapter(Adapter):
             q.delayed.clear()
             return n
 
+    def delete_queue(self, queue: str) -> None:
+        b = self.broker
+        with b.lock:
+            b.queues.pop(queue, None)
+
     def queues(self) -> Sequence[str]:
         b = self.broker
         with b.lock:

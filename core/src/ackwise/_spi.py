@@ -415,6 +415,19 @@ class Adapter(abc.ABC):
     def purge(self, queue: str) -> int:
         """Delete every ready and delayed message of ``queue``; return how many."""
 
+    def delete_queue(self, queue: str) -> None:
+        """Remove ``queue`` and everything the adapter keeps for it from the broker.
+
+        Ready, delayed and dead messages go, and so do the broker objects the adapter made for
+        the queue (RabbitMQ's delay queues and exchanges, Redis keys, SQS's dead-letter queue).
+        Deliveries still held are lost with it: callers delete a queue nobody consumes.  Deleting
+        a queue that does not exist is not an error.  The default purges the queue and deletes
+        its dead letters (an adapter whose broker keeps nothing else per queue need not
+        override it); the conformance suite calls it on every queue it made.
+        """
+        self.purge(queue)
+        self.delete_dead(queue)
+
     def stop_receiving(self) -> None:  # noqa: B027 - optional, nothing to do by default
         """Stop taking new messages, and give back at once any the adapter prefetched itself.
 

@@ -554,6 +554,12 @@ class SQLiteAdapter(Adapter):
             count: int = db.execute(_SQL_PURGE, (queue,)).rowcount
         return count
 
+    def delete_queue(self, queue: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM ackwise_messages WHERE queue = ?", (queue,))
+            db.execute("DELETE FROM ackwise_queues WHERE name = ?", (queue,))
+        self._known_queues.discard(queue)
+
     def queues(self) -> Sequence[str]:
         db = self._conn()
         with map_sqlite_errors(self.path):

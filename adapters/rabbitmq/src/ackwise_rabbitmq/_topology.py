@@ -109,3 +109,28 @@ class _Topology(_IOThread):
             ch.queue_bind(wait, exchange, routing_key=f"{above}1.#")
             ch.exchange_bind(below, exchange, routing_key=f"{above}0.#")
             below = exchange
+
+    def delete_queue(self, queue: str) -> None:
+        """Delete the queue, its dead-letter and delay queues, and its exchanges."""
+        self._check_name(queue)
+        queues = [queue, self._aux(queue, "dead")]
+        queues += [self._aux(queue, f"wait.{k}") for k in range(DELAY_TIERS)]
+        exchanges = [self._aux(queue, "dlx"), self._aux(queue, "deliver")]
+        exchanges += [self._aux(queue, f"delay.{k}") for k in range(DELAY_TIERS)]
+
+        def run() -> None:
+            for name in queues:
+                self._gone(lambda ch, name=name: ch.queue_delete(name))
+            for name in exchanges:
+                self._gone(lambda ch, name=name: ch.exchange_delete(name))
+
+        self._call(run, timeout=60.0)
+        self._declared.discard(queue)
+
+    def _gone(self, delete: Any) -> None:
+        """Run one delete on the admin channel; what does not exist is already gone."""
+        try:
+            delete(self._admin())
+        except px.ChannelClosedByBroker as exc:
+            if exc.reply_code != 404:
+                raise

@@ -20,6 +20,16 @@ _PURGE = load_script("purge")
 _STATS = load_script("stats")
 
 
+def _glob_escape(raw: bytes) -> bytes:
+    """``raw`` matched literally by SCAN's glob pattern."""
+    out = bytearray()
+    for byte in raw:
+        if byte in b"*?[]\\":
+            out += b"\\"
+        out.append(byte)
+    return bytes(out)
+
+
 class _Browsing(_QueueKeys):
     """Counts, dead-letter listing, replay and deletion, purging: one script call each."""
 
@@ -70,6 +80,24 @@ class _Browsing(_QueueKeys):
             for chunk in _chunks(list(message_ids), PUBLISH_CHUNK):
                 deleted += int(self._run(_DELETE_DEAD, k, keys, ("=", *chunk)))
             return deleted
+
+    def delete_queue(self, queue: str) -> None:
+        """Delete the queue's keys, any of them set aside by the quarantine, and its name."""
+        k = self.keys(queue)
+        tag = k.ready.rsplit(b":", 1)[0]
+        pattern = _glob_escape(tag) + b":*:quarantined:*"
+        with self._errors():
+            self._connection()
+            doomed = [key for key, _ in k.typed]
+            cursor = b"0"
+            while True:
+                cursor, found = self._link.command("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+                doomed += found
+                if cursor in (b"0", 0):
+                    break
+            self._link.command("DEL", *doomed)  # keys of one slot: one DEL (a cluster too)
+            self._registry("SREM", self._queues_key, queue)
+        self._keys.pop(queue, None)
 
     def purge(self, queue: str) -> int:
         k = self.keys(queue)

@@ -114,6 +114,12 @@ class Link:
             except Exception:  # closing a broken socket
                 pass
 
+    def command(self, *args: Any) -> Any:
+        """Send one command and read its reply; errors are redis-py's (see :meth:`errors`)."""
+        conn = self.connection()
+        conn.send_command(*args)
+        return conn.read_response()
+
     def eval(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """Run ``script``; errors are redis-py's (callers map them, see :meth:`errors`)."""
         conn = self.connection()

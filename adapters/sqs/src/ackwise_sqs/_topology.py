@@ -125,6 +125,16 @@ class _Topology(_Client):
             return self._queues[queue]
         return self._describe(queue, url, dlq_url, name.endswith(".fifo"))
 
+    def delete_queue(self, queue: str) -> None:
+        """Delete the queue and its dead-letter queue (SQS: a name is free again after 60 s)."""
+        self._queues.pop(queue, None)
+        for name in sqs_queue_name(self.settings.prefix, queue):
+            try:
+                url = str(self._call("GetQueueUrl", QueueName=name)["QueueUrl"])
+                self._call("DeleteQueue", QueueUrl=url)
+            except QueueNotFound:
+                continue
+
     def queues(self) -> Sequence[str]:
         prefix = self.settings.prefix
         names: list[str] = []

@@ -20,3 +20,7 @@ class TestSPI(AdapterConformance):
     @pytest.fixture
     def time_scale(self) -> float:
         return float(os.environ.get("ACKWISE_CONFORMANCE_TIME_SCALE", "1.0"))
+
+    @pytest.fixture
+    def queue_prefix(self) -> str:
+        return os.environ.get("ACKWISE_CONFORMANCE_PREFIX", "conformance-")

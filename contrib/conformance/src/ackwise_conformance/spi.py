@@ -19,9 +19,12 @@ Optional overrides:
     set False for brokers that do not keep publication order (SQS standard queues); the
     ordering test is then reported as skipped with that reason.
 
+``queue_prefix`` (fixture, default ``"conformance-"``)
+    what the name of every queue the suite declares starts with.
+
 Each test gets a fresh queue with a unique name (``queue`` fixture); deliveries the test left
-in flight are acked and the queue is purged afterwards.  Dead letters stay (the SPI has no
-operation to delete them).
+in flight are acked and every queue the test declared is deleted afterwards
+(:meth:`~ackwise.Adapter.delete_queue`).
 
 A test whose capability the adapter declares absent is skipped with ``n/a:`` and the reason;
 the gate tests check that such an adapter raises :class:`~ackwise.errors.UnsupportedCapability`.
@@ -79,6 +82,7 @@ class AdapterConformance:
     no_oldest_age: ClassVar[str | None] = None
 
     # Set per test by the autouse fixture below.
+    prefix: str
     lease_s: float
     scale: float
     patience: float
@@ -100,13 +104,19 @@ class AdapterConformance:
         return 1.0
 
     @pytest.fixture
+    def queue_prefix(self) -> str:
+        """What the name of every queue the suite declares starts with."""
+        return "conformance-"
+
+    @pytest.fixture
     def lease(self, time_scale: float) -> float:
         """The short lease (seconds) that tests let expire."""
         return 1.0 * time_scale
 
     # -- fixtures of the suite -------------------------------------------------------------
     @pytest.fixture(autouse=True)
-    def _conformance_settings(self, lease: float, time_scale: float) -> None:
+    def _conformance_settings(self, lease: float, time_scale: float, queue_prefix: str) -> None:
+        self.prefix = queue_prefix
         self.lease_s = lease
         self.scale = time_scale
         self.patience = 10.0 * time_scale
@@ -151,7 +161,7 @@ class AdapterConformance:
     # -- helpers ---------------------------------------------------------------------------
     def declare_queue(self, adapter: Adapter) -> str:
         """Declare a new uniquely named queue, cleaned up after the test."""
-        name = f"ackwise-conformance-{uuid.uuid4().hex[:16]}"
+        name = f"{self.prefix}{uuid.uuid4().hex[:16]}"
         adapter.declare(QueueSpec(name))
         self._queues.append((adapter, name))
         return name
@@ -165,7 +175,7 @@ class AdapterConformance:
                 adapter.ack(deliveries)
         for adapter, name in self._queues:
             with suppress(AdapterError):
-                adapter.purge(name)
+                adapter.delete_queue(name)
 
     def track(self, adapter: Adapter, deliveries: Sequence[Delivery]) -> Sequence[Delivery]:
         """Remember ``deliveries`` so that they are acked after the test."""
@@ -691,6 +701,28 @@ class AdapterConformance:
         assert adapter.delete_dead(queue) == 2
         assert adapter.dead_letters(queue) == []
         self.assert_stats(adapter, queue, ready=0, dead=0)
+
+    def test_delete_queue_removes_every_message_and_the_queue(
+        self, adapter: Adapter, queue: str
+    ) -> None:
+        native_delay = self.capabilities_of(adapter).native_delay
+        adapter.publish(queue, [Outgoing("r", b"x")])
+        if native_delay:
+            adapter.publish(queue, [Outgoing("d", b"x", delay=self.long_delay(adapter))])
+        adapter.publish_dead(queue, [Outgoing("x", b"x")], reason="failed")
+        self.assert_stats(adapter, queue, ready=1, delayed=1 if native_delay else 0, dead=1)
+        adapter.delete_queue(queue)
+        adapter.delete_queue(queue)  # a queue that is gone: not an error
+        try:
+            listed = adapter.queues()
+        except UnsupportedCapability:
+            # Declared again, the queue must hold nothing of before.  (Where the broker lists
+            # its queues that is the check: SQS refuses a deleted name for 60 s.)
+            adapter.declare(QueueSpec(queue))
+            self.assert_stats(adapter, queue, ready=0, delayed=0, in_flight=0, dead=0)
+            assert adapter.dead_letters(queue) == [], "delete_queue left dead letters"
+        else:
+            assert queue not in listed, "delete_queue left the queue on the broker's list"
 
     def test_stats_of_an_empty_queue_are_zero(self, adapter: Adapter, queue: str) -> None:
         stats = adapter.stats(queue)
