@@ -8,6 +8,7 @@ from ackwise._hookspecs import hookimpl
 from ackwise._idempotency import ClaimResult, IdempotencyStore, KeyState
 from ackwise._locks import Claim, LeaderLock, Leadership, LockInfo
 from ackwise._plugins import Plugins, get_plugins, open_adapter, open_lock
+from ackwise._plugins import open_store as open_idempotency_store
 from ackwise._registries import AdapterRegistry, LockRegistry
 from ackwise._schedule import Cron, Interval, Periodic, Schedule
 from ackwise._semantics import (
@@ -94,6 +95,7 @@ __all__ = [
     "get_plugins",
     "hookimpl",
     "open_adapter",
+    "open_idempotency_store",
     "open_lock",
     "redact_url",
     "settle",

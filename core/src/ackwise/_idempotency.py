@@ -89,6 +89,12 @@ class IdempotencyStore(abc.ABC):
     def release(self, key: str, holder: str) -> None:
         """Give ``key`` up (the execution failed): the next claim may run it."""
 
+    def forget(self, keys: Sequence[str]) -> None:  # noqa: B027 - optional, see below
+        """Delete ``keys`` whatever their state (a test run cleaning up after itself).
+
+        Optional: a store that cannot delete keys leaves them to expire (``done_ttl``).
+        """
+
 
 # -- memory -------------------------------------------------------------------------------------
 class _MemoryState:
@@ -144,6 +150,11 @@ class MemoryIdempotencyStore(IdempotencyStore):
             current = self._state.keys.get(key)
             if current and current[0] == "running" and current[1] == holder:
                 del self._state.keys[key]
+
+    def forget(self, keys: Sequence[str]) -> None:
+        with self._state.lock:
+            for key in keys:
+                self._state.keys.pop(key, None)
 
 
 # -- SQLite -------------------------------------------------------------------------------------
@@ -226,6 +237,10 @@ class SQLiteIdempotencyStore(IdempotencyStore):
                 "WHERE key = ? AND holder = ? AND status = 'running'",
                 (key, holder),
             )
+
+    def forget(self, keys: Sequence[str]) -> None:
+        with self._tx() as db:
+            db.executemany("DELETE FROM ackwise_idempotency WHERE key = ?", [(k,) for k in keys])
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------
@@ -317,3 +332,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
             "DELETE FROM ackwise_idempotency WHERE key = %s AND holder = %s AND status = 'running'",
             (key, holder),
         )
+
+    def forget(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self._exec("DELETE FROM ackwise_idempotency WHERE key = %s", (key,))

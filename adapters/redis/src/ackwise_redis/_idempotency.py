@@ -74,3 +74,8 @@ class RedisIdempotencyStore(IdempotencyStore):
 
     def release(self, key: str, holder: str) -> None:
         self._run(_RELEASE, key, holder)
+
+    def forget(self, keys: Sequence[str]) -> None:
+        with self._mutex, self._link.errors():
+            for key in keys:  # one slot per key: one DEL each (a cluster takes no cross-slot DEL)
+                self._link.command("DEL", self._key(key))
