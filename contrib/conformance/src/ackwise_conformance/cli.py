@@ -7,13 +7,19 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ackwise import Ack, redact_url
 from ackwise.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ackwise_conformance.runner import Progress
+    from ackwise_conformance.scenarios import CaseResult
 
 MODES = {"early": Ack.EARLY, "late": Ack.LATE, "reject_on_lost": Ack.REJECT_ON_LOST}
 
@@ -41,6 +47,19 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--time-scale", type=float, default=1.0, help="multiply leases and timeouts")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="level-2 cases run at once (default: 4 per CPU, at most 8; 1: one by one)",
+    )
+    p.add_argument(
+        "--prefix",
+        default=None,
+        help="what every queue, key and exchange the run creates is named with first "
+        "(default: conformance-<random>-); all of them are deleted at the end",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory (journals, logs)")
     p.set_defaults(func=run)
 
@@ -50,10 +69,20 @@ def run(args: argparse.Namespace) -> int:
     ackwise_log = logging.getLogger("ackwise")
     if ackwise_log.getEffectiveLevel() > logging.DEBUG:
         ackwise_log.setLevel(logging.WARNING)
-    out: dict[str, Any] = {"url": redact_url(args.url), "level1": [], "level2": []}
+    if args.prefix is None:
+        args.prefix = f"conformance-{uuid.uuid4().hex[:6]}-"
+    if args.jobs is not None and args.jobs < 1:
+        raise SystemExit(f"ackwise conformance: --jobs {args.jobs}: expected 1 or more")
+    out: dict[str, Any] = {
+        "url": redact_url(args.url),
+        "prefix": args.prefix,
+        "level1": [],
+        "level2": [],
+    }
     workdir = Path(tempfile.mkdtemp(prefix="ackwise-conformance-"))
     failed = False
     started = time.monotonic()
+    print(f"names of this run's queues and keys start with {args.prefix!r}", flush=True)
     try:
         if args.level in ("1", "all"):
             out["level1"] = _level1(args, workdir)
@@ -61,6 +90,14 @@ def run(args: argparse.Namespace) -> int:
         if args.level in ("2", "all"):
             out["level2"] = _level2(args, workdir)
             failed |= any(r["status"] == "fail" for r in out["level2"])
+    except KeyboardInterrupt:
+        _status.clear()
+        print(
+            f"\ninterrupted: the running cases were stopped and their queues deleted "
+            f"(prefix {args.prefix!r})",
+            flush=True,
+        )
+        return 130
     finally:
         if args.keep:
             print(f"work directory kept: {workdir}")
@@ -87,6 +124,30 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 def _progress(line: str) -> None:
     print(line, flush=True)
+
+
+class _StatusLine:
+    """One line at the bottom of a terminal, rewritten in place (nothing when not a tty)."""
+
+    def __init__(self) -> None:
+        self.shown = False
+
+    def show(self, text: str) -> None:
+        if not sys.stdout.isatty():
+            return
+        width = shutil.get_terminal_size((100, 20)).columns - 1
+        sys.stdout.write("\r\x1b[2K" + text[:width])
+        sys.stdout.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stdout.write("\r\x1b[2K")
+            sys.stdout.flush()
+            self.shown = False
+
+
+_status = _StatusLine()
 
 
 class _Collector:
@@ -122,8 +183,9 @@ def _level1(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     target.write_text(src.read_text())
     os.environ["ACKWISE_CONFORMANCE_URL"] = args.url
     os.environ["ACKWISE_CONFORMANCE_TIME_SCALE"] = str(args.time_scale)
+    os.environ["ACKWISE_CONFORMANCE_PREFIX"] = args.prefix
     collector = _Collector()
-    pytest.main(
+    code = pytest.main(
         [
             str(target),
             "-q",
@@ -141,12 +203,14 @@ def _level1(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
         ],
         plugins=[collector],
     )
+    if code == pytest.ExitCode.INTERRUPTED:  # pytest ran the teardowns: the queues are gone
+        raise KeyboardInterrupt
     return collector.rows
 
 
 def _level2(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     from ackwise_conformance.harness import LEASE, SimpleBroker, lease_url
-    from ackwise_conformance.scenarios import SCENARIOS, cases, run_case
+    from ackwise_conformance.scenarios import SCENARIOS, cases
 
     scenario_ids = [s.strip().upper() for arg in args.scenario for s in arg.split(",") if s.strip()]
     unknown = [s for s in scenario_ids if s not in SCENARIOS]
@@ -168,19 +232,33 @@ def _level2(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     if added:
         settings = ", ".join(f"{k}={v}" for k, v in added.items())
         print(f"  connection settings for leases of {LEASE * args.time_scale:g}s: {settings}")
-    rows = []
-    for i, (sid, mode) in enumerate(selected, 1):
-        result = run_case(broker, sid, mode, workdir / "level2", time_scale=args.time_scale)
-        row = result.as_dict()
-        rows.append(row)
-        label = f"{sid} {mode.name if mode else '-'}"
+    from ackwise_conformance.runner import default_jobs, run_cases
+
+    jobs = args.jobs or default_jobs()
+    print(f"  {jobs} case(s) at once; C19 (restarts the broker) alone, at the end", flush=True)
+
+    def finished(result: CaseResult, progress: Progress) -> None:
+        label = f"{result.scenario} {result.mode.name if result.mode else '-'}"
+        _status.clear()
         _progress(
-            f"  [{i:>3}/{len(selected)}] {label:<22} {result.status:<7} "
-            f"{result.duration:6.1f}s  {SCENARIOS[sid].title}"
+            f"  [{progress.done:>3}/{progress.total}] {label:<22} {result.status:<7} "
+            f"{result.duration:6.1f}s  {SCENARIOS[result.scenario].title}"
         )
         if result.status == "fail":
             _progress("      " + result.reason.replace("\n", "\n      ")[:4000])
-    return rows
+
+    results = run_cases(
+        broker,
+        selected,
+        workdir / "level2",
+        time_scale=args.time_scale,
+        jobs=jobs,
+        prefix=args.prefix,
+        on_result=finished,
+        on_tick=lambda progress: _status.show(progress.line()),
+    )
+    _status.clear()
+    return [r.as_dict() for r in results]
 
 
 def _matrix(rows: list[dict[str, Any]]) -> str:

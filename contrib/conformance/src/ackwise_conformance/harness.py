@@ -34,6 +34,7 @@ from ackwise import (
     decode_envelope,
     get_plugins,
     open_adapter,
+    open_idempotency_store,
     open_lock,
 )
 from ackwise.errors import AdapterError, ConfigurationError
@@ -117,6 +118,9 @@ class SimpleBroker:
     def restart(self) -> None:
         raise NotApplicable(f"broker {self.name}: the suite does not own a broker process")
 
+
+#: What the names of a run's queues, beat apps and idempotency keys start with by default.
+DEFAULT_PREFIX = "conformance-"
 
 #: The workers' lease in the scenarios, before the time scale (see :meth:`Harness.t`).
 LEASE = 1.0
@@ -386,14 +390,17 @@ class Harness:
         *,
         time_scale: float = 1.0,
         multi_process: bool | None = None,
+        prefix: str = DEFAULT_PREFIX,
     ) -> None:
         self.broker = broker
+        #: Starts the name of every queue, beat app and idempotency key the case creates.
+        self.prefix = prefix
         self.mode = mode or Ack.LATE
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.scale = time_scale
         self.lease = LEASE * time_scale
-        self.queue = f"conformance-{uuid.uuid4().hex[:12]}"
+        self.queue = f"{prefix}{uuid.uuid4().hex[:12]}"
         self.journal = Journal(workdir / "journal.jsonl")
         self.gates = workdir / "gates"
         self.gates.mkdir(exist_ok=True)
@@ -410,25 +417,27 @@ class Harness:
             "ACKWISE_CONFORMANCE_GATES": str(self.gates),
             "ACKWISE_LOGLEVEL": os.environ.get("ACKWISE_CONFORMANCE_LOGLEVEL", "INFO"),
         }
-        os.environ["ACKWISE_CONFORMANCE_JOURNAL"] = str(self.journal.path)
-        os.environ["ACKWISE_CONFORMANCE_GATES"] = str(self.gates)
         # A broker without an idempotency store of its own (SQS) keeps the case's keys in a
         # SQLite file: what its users configure (App(idempotency_store=…), docs/idempotency.md).
         store: str | None = None
         if get_plugins().adapters.idempotency_store(BrokerURL.parse(broker.url).scheme) is None:
             store = f"sqlite:///{workdir / 'idempotency.db'}"
             self._env["ACKWISE_CONFORMANCE_IDEMPOTENCY_STORE"] = store
+        self._store_url = store
         self.app: App = build_app(broker.url, idempotency_store=store)
         self.workers: list[WorkerHandle] = []
         self.beats: list[BeatHandle] = []
-        self._beat_app = f"conformance-beat-{uuid.uuid4().hex[:12]}"
+        self._beat_app = f"{prefix}beat-{uuid.uuid4().hex[:12]}"
         self._lock: LeaderLock | None = None
         self._fires: dict[str, list[Fire]] = {}
         self._extra_queues: set[str] = set()
         self._published: dict[str, str] = {}  # message id -> key
         self._idempotency_keys: dict[str, str] = {}  # message id -> its idempotency key
+        self._store_keys: set[str] = set()  # as the idempotency store holds them
         self._probe: Adapter | None = None
         self._probe_thread: threading.Thread | None = None
+        self._closed = False
+        self._close_lock = threading.Lock()
 
     # -- time ------------------------------------------------------------------------------
     def t(self, seconds: float) -> float:
@@ -486,8 +495,13 @@ class Harness:
             self._published[mid] = key
             if headers and headers.get("idempotency_key"):
                 self._idempotency_keys[mid] = str(headers["idempotency_key"])
+                self._store_keys.add(f"{task.name}:{headers['idempotency_key']}")
         self.journal.write("publish-ok", ids=ids, keys=list(keys))
         return ids
+
+    def idempotency_key(self, name: str) -> str:
+        """A new idempotency key of this run (its prefix, ``name``, a unique part)."""
+        return f"{self.prefix}{name}-{uuid.uuid4().hex[:8]}"
 
     @property
     def published(self) -> dict[str, str]:
@@ -507,12 +521,19 @@ class Harness:
         extra_args: Sequence[str] = (),
     ) -> WorkerHandle:
         """Start a worker on the case's queue."""
+        if self._closed:
+            raise ScenarioFailed("the case was closed (the run was interrupted or timed out)")
         lease = self.lease if lease is None else lease
         index = len(self.workers)
         if not self.multi_process:
             if url is not None:
                 raise NotApplicable("an in-process broker cannot be reached through a proxy")
-            app = build_app(self.broker.url)
+            app = build_app(
+                self.broker.url,
+                idempotency_store=self._store_url,
+                journal=str(self.journal.path),
+                gates=str(self.gates),
+            )
             ipw = InProcessWorker(
                 app,
                 queues=[self.queue],
@@ -558,6 +579,8 @@ class Harness:
         """
         self.require_processes("beat processes")
         self.require_lock_backend()
+        if self._closed:
+            raise ScenarioFailed("the case was closed (the run was interrupted or timed out)")
         queue = queue or self.queue
         if queue != self.queue and queue not in self._extra_queues:
             self.adapter.declare(QueueSpec(queue))
@@ -782,6 +805,15 @@ class Harness:
 
     # -- cleanup ---------------------------------------------------------------------------
     def close(self) -> None:
+        """Stop every process of the case and delete what it made on the broker (once; from
+        any thread: an interrupted run closes the cases still running)."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._close()
+
+    def _close(self) -> None:
         handles: list[WorkerHandle | BeatHandle] = [*self.workers, *self.beats]
         for w in handles:
             try:
@@ -802,8 +834,17 @@ class Harness:
                 pass
         for queue in (self.queue, *sorted(self._extra_queues)):
             try:
-                self.adapter.purge(queue)
+                self.adapter.delete_queue(queue)
             except AdapterError:
+                pass
+        if self._store_keys:
+            try:
+                store = open_idempotency_store(self._store_url or self.broker.url)
+                try:
+                    store.forget(sorted(self._store_keys))
+                finally:
+                    store.close()
+            except (AdapterError, ConfigurationError):
                 pass
         try:
             self.adapter.close()

@@ -23,6 +23,7 @@ from ackwise import Ack, Outgoing
 from ackwise.errors import ConfigurationError, MessageTooLarge, NotSerializable, PublishError
 from ackwise_conformance.brokers import NotRestartable
 from ackwise_conformance.harness import (
+    DEFAULT_PREFIX,
     LEASE,
     Broker,
     Harness,
@@ -51,6 +52,10 @@ class Scenario:
     modes: tuple[Ack | None, ...] = ALL
     #: Modes whose cell of the catalogue is "—", with the reason shown as n/a.
     na_modes: dict[Ack, str] = field(default_factory=dict)
+    #: Runs alone: it restarts the broker every other case shares.
+    exclusive: bool = False
+    #: About how long one case takes (seconds, idle machine): a runner starts long ones first.
+    cost: float = 5.0
 
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -62,9 +67,11 @@ def scenario(
     *,
     modes: tuple[Ack | None, ...] = ALL,
     na_modes: dict[Ack, str] | None = None,
+    exclusive: bool = False,
+    cost: float = 5.0,
 ) -> Callable[[Callable[[Harness], None]], Callable[[Harness], None]]:
     def register(fn: Callable[[Harness], None]) -> Callable[[Harness], None]:
-        SCENARIOS[sid] = Scenario(sid, title, fn, modes, na_modes or {})
+        SCENARIOS[sid] = Scenario(sid, title, fn, modes, na_modes or {}, exclusive, cost)
         return fn
 
     return register
@@ -111,8 +118,15 @@ def run_case(
     workdir: Path,
     *,
     time_scale: float = 1.0,
+    prefix: str = DEFAULT_PREFIX,
+    opened: Callable[[Harness], None] | None = None,
 ) -> CaseResult:
-    """Run one case; never raises for a verdict (pass / fail / n/a / pending)."""
+    """Run one case; never raises for a verdict (pass / fail / n/a / pending).
+
+    :param prefix: what the names of the case's queues and keys start with.
+    :param opened: called with the case's harness as soon as it exists (a runner that may
+        have to close it from another thread: an interrupt, a case past its time).
+    """
     sc = SCENARIOS[scenario_id]
     start = time.monotonic()
     if mode is not None and mode in sc.na_modes:
@@ -124,7 +138,10 @@ def run_case(
             mode,
             workdir / f"{scenario_id}-{mode.name if mode else 'any'}",
             time_scale=time_scale,
+            prefix=prefix,
         )
+        if opened is not None:
+            opened(harness)
         sc.fn(harness)
         status, reason = "pass", ""
     except NotApplicable as exc:
@@ -188,7 +205,7 @@ def c01(h: Harness) -> None:
     hist.expect_broker_settled(dead=0)
 
 
-@scenario("C02", "kill the executor child mid-task (prefork)")
+@scenario("C02", "kill the executor child mid-task (prefork)", cost=8)
 def c02(h: Harness) -> None:
     h.require_processes("prefork executor processes")
     w = h.worker(pool="prefork", concurrency=1)
@@ -275,7 +292,7 @@ def c04(h: Harness) -> None:
     _kill_worker_mid_task(h, prefetch=10, others=9)
 
 
-@scenario("C05", "graceful shutdown with prefetched messages")
+@scenario("C05", "graceful shutdown with prefetched messages", cost=10)
 def c05(h: Harness) -> None:
     long_lease = h.t(30.0)
     w1 = h.worker(pool="threads", concurrency=1, prefetch=10, lease=long_lease)
@@ -306,7 +323,7 @@ def c05(h: Harness) -> None:
     hist.expect_broker_settled(dead=0)
 
 
-@scenario("C06", "grace period exceeded")
+@scenario("C06", "grace period exceeded", cost=15)
 def c06(h: Harness) -> None:
     h.require_processes()
     w1 = h.worker(pool="prefork", concurrency=1, grace=h.t(0.5))
@@ -376,7 +393,7 @@ def _expect_stale_ack_refused(h: Harness, a: Any) -> None:
     expect("stale receipt" in a.output(), "the paused worker's stale ack was not reported")
 
 
-@scenario("C07", "pause past the lease (SIGSTOP, then SIGCONT)")
+@scenario("C07", "pause past the lease (SIGSTOP, then SIGCONT)", cost=20)
 def c07(h: Harness) -> None:
     h.require_processes()
     a, b = _pause_past_lease(h)
@@ -407,6 +424,7 @@ def c07(h: Harness) -> None:
     "C08",
     "stale ack must not remove a newer delivery",
     na_modes={EARLY: "no EARLY cell: an early ack leaves no late receipt to go stale"},
+    cost=22,
 )
 def c08(h: Harness) -> None:
     h.require_processes()
@@ -422,7 +440,7 @@ def c08(h: Harness) -> None:
     hist.expect_broker_settled(dead=0)
 
 
-@scenario("C09", "long task, short lease, auto-renewal (task 4x the lease)")
+@scenario("C09", "long task, short lease, auto-renewal (task 4x the lease)", cost=10)
 def c09(h: Harness) -> None:
     h.publish(["long"], {"sleep": h.lease * 4})
     h.worker(pool="threads", concurrency=1)
@@ -537,7 +555,7 @@ def c14(h: Harness) -> None:
     hist.expect_broker_settled(dead=1)
 
 
-@scenario("C15", "poison message that kills the whole worker (max_deliveries 3)")
+@scenario("C15", "poison message that kills the whole worker (max_deliveries 3)", cost=9)
 def c15(h: Harness) -> None:
     h.require_processes()
     h.publish(["poison"], {"crash": "worker", "pool": "threads"})
@@ -679,7 +697,7 @@ def c18(h: Harness) -> None:
     _proxied_workers(h, lambda proxy: proxy.reset(duration=h.t(3.0)))
 
 
-@scenario("C19", "broker restart mid-run (suite-owned broker, durable config)")
+@scenario("C19", "broker restart mid-run (suite-owned broker, durable config)", exclusive=True)
 def c19(h: Harness) -> None:
     keys = _keys("m", 200)
     h.publish(keys, {"sleep": 0.01})
@@ -698,7 +716,7 @@ def c19(h: Harness) -> None:
     hist.expect_broker_settled()
 
 
-@scenario("C20", "prefetch 1 fairness: one long task and 20 short ones, 2 workers")
+@scenario("C20", "prefetch 1 fairness: one long task and 20 short ones, 2 workers", cost=17)
 def c20(h: Harness) -> None:
     h.worker(pool="threads", concurrency=1, prefetch=1)
     h.publish(["long"], {"gate": "long"})
@@ -721,7 +739,7 @@ def c20(h: Harness) -> None:
     hist.expect_broker_settled(dead=0)
 
 
-@scenario("C21", "exclusive delivery: 4 workers, 5,000 messages, lease >> task")
+@scenario("C21", "exclusive delivery: 4 workers, 5,000 messages, lease >> task", cost=25)
 def c21(h: Harness) -> None:
     keys = _keys("m", 5000)
     for i in range(0, len(keys), 1000):
@@ -740,9 +758,9 @@ def c21(h: Harness) -> None:
     hist.expect_broker_settled(dead=0)
 
 
-@scenario("C22", "duplicate publish with the same idempotency key")
+@scenario("C22", "duplicate publish with the same idempotency key", cost=13)
 def c22(h: Harness) -> None:
-    key = {"idempotency_key": f"order-{uuid.uuid4().hex[:8]}"}
+    key = {"idempotency_key": h.idempotency_key("order")}
     h.publish(["dup-a"], headers=key)
     h.publish(["dup-b"], headers=key)
     h.worker(pool="threads", concurrency=2)
@@ -759,7 +777,7 @@ def c22(h: Harness) -> None:
     for w in list(h.workers):
         w.terminate()
         w.wait(h.patience)
-    key2 = {"idempotency_key": f"order-{uuid.uuid4().hex[:8]}"}
+    key2 = {"idempotency_key": h.idempotency_key("order")}
     h.worker(pool="prefork", concurrency=1)
     h.publish(["victim"], {"gate": "victim"}, headers=key2)
     child = _executor_pid(h, "victim")
@@ -935,7 +953,7 @@ def _stop_beats(h: Harness, beats: list[Any]) -> None:
         expect(status == 0, f"beat {b.index} exited {status} on SIGTERM:\n{b.output()[-2000:]}")
 
 
-@scenario("B01", "two (and three) beat instances start together", modes=(None,))
+@scenario("B01", "two (and three) beat instances start together", modes=(None,), cost=17)
 def b01(h: Harness) -> None:
     h.require_processes("beat processes")
     # No fault here: a longer TTL keeps a busy machine's scheduling hiccup from electing a
@@ -968,7 +986,9 @@ def b01(h: Harness) -> None:
         expect(len(elected) == 1, f"{n} beats: {len(elected)} of them were elected")
 
 
-@scenario("B02", "leader paused longer than the lock TTL (SIGSTOP, then SIGCONT)", modes=(None,))
+@scenario(
+    "B02", "leader paused longer than the lock TTL (SIGSTOP, then SIGCONT)", modes=(None,), cost=9
+)
 def b02(h: Harness) -> None:
     h.require_processes("beat processes")
     timing = _beat_timing(h)
@@ -1043,7 +1063,7 @@ def b03(h: Harness) -> None:
     expect(fences == sorted(fences), f"a fire of an older leader came after the new one: {fences}")
 
 
-@scenario("B04", "stale lock release (after the lock moved to a new owner)", modes=(None,))
+@scenario("B04", "stale lock release (after the lock moved to a new owner)", modes=(None,), cost=9)
 def b04(h: Harness) -> None:
     h.require_processes("beat processes")
     timing = _beat_timing(h)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ackwise import Ack, App, TaskContext
@@ -51,16 +52,31 @@ def task_name(mode: Ack) -> str:
     return f"conformance.run.{mode.value}"
 
 
-def _gate_open(name: str, attempt: int) -> bool:
-    gates = os.environ["ACKWISE_CONFORMANCE_GATES"]
-    return os.path.exists(os.path.join(gates, name)) or os.path.exists(
-        os.path.join(gates, f"{name}-{attempt}")
+@dataclass(frozen=True)
+class _Paths:
+    """Where one case's journal and gates are (in-process workers of concurrent cases share
+    one environment, so each app carries its own)."""
+
+    journal: str
+    gates: str
+
+    @classmethod
+    def from_env(cls) -> _Paths:
+        return cls(
+            os.environ.get("ACKWISE_CONFORMANCE_JOURNAL", ""),
+            os.environ.get("ACKWISE_CONFORMANCE_GATES", ""),
+        )
+
+
+def _gate_open(paths: _Paths, name: str, attempt: int) -> bool:
+    return os.path.exists(os.path.join(paths.gates, name)) or os.path.exists(
+        os.path.join(paths.gates, f"{name}-{attempt}")
     )
 
 
-def _journal(event: str, ctx: TaskContext, key: str, **extra: Any) -> None:
+def _journal(paths: _Paths, event: str, ctx: TaskContext, key: str, **extra: Any) -> None:
     record(
-        os.environ["ACKWISE_CONFORMANCE_JOURNAL"],
+        paths.journal,
         event,
         id=ctx.id,
         key=key,
@@ -72,13 +88,13 @@ def _journal(event: str, ctx: TaskContext, key: str, **extra: Any) -> None:
     )
 
 
-def _execute(ctx: TaskContext, key: str, plan: dict[str, Any]) -> None:
-    _journal("start", ctx, key)
+def _execute(paths: _Paths, ctx: TaskContext, key: str, plan: dict[str, Any]) -> None:
+    _journal(paths, "start", ctx, key)
     crash = plan.get("crash")
     if crash:
         attempts = plan.get("crash_attempts")
         if attempts is None or ctx.attempt in attempts:
-            _journal("crash", ctx, key, target=crash)
+            _journal(paths, "crash", ctx, key, target=crash)
             if crash == "worker" and plan.get("pool", "prefork") == "prefork":
                 os.kill(os.getppid(), signal.SIGKILL)
                 time.sleep(30)  # the supervisor's death takes this process with it
@@ -86,31 +102,43 @@ def _execute(ctx: TaskContext, key: str, plan: dict[str, Any]) -> None:
     gate = plan.get("gate")
     if gate:
         deadline = time.monotonic() + float(plan.get("gate_timeout", 300))
-        while not _gate_open(gate, ctx.attempt):
+        while not _gate_open(paths, gate, ctx.attempt):
             if time.monotonic() > deadline:
-                _journal("gate-timeout", ctx, key)
+                _journal(paths, "gate-timeout", ctx, key)
                 raise NonRetryable(f"gate {gate} never opened")
             time.sleep(0.005)
     if plan.get("sleep"):
         time.sleep(float(plan["sleep"]))
     if ctx.retries < int(plan.get("fail_times", 0)):
-        _journal("fail", ctx, key, retryable=True)
+        _journal(paths, "fail", ctx, key, retryable=True)
         raise Retryable(f"planned failure {ctx.retries + 1}")
-    if plan.get("fatal_unless_gate") and not _gate_open(plan["fatal_unless_gate"], ctx.attempt):
-        _journal("fail", ctx, key, retryable=False)
+    if plan.get("fatal_unless_gate") and not _gate_open(
+        paths, plan["fatal_unless_gate"], ctx.attempt
+    ):
+        _journal(paths, "fail", ctx, key, retryable=False)
         raise NonRetryable("planned failure until the gate opens")
     if plan.get("fatal"):
-        _journal("fail", ctx, key, retryable=False)
+        _journal(paths, "fail", ctx, key, retryable=False)
         raise NonRetryable("planned non-retryable failure")
-    _journal("end", ctx, key)
+    _journal(paths, "end", ctx, key)
 
 
-def build_app(broker: str | None = None, *, idempotency_store: str | None = None) -> App:
+def build_app(
+    broker: str | None = None,
+    *,
+    idempotency_store: str | None = None,
+    journal: str | None = None,
+    gates: str | None = None,
+) -> App:
     """The workload App on ``broker`` (default: ``$ACKWISE_BROKER_URL``).
 
     :param idempotency_store: default ``$ACKWISE_CONFORMANCE_IDEMPOTENCY_STORE``, else the
         broker's own store where its adapter has one.
+    :param journal: the journal file its tasks write (default ``$ACKWISE_CONFORMANCE_JOURNAL``
+        when a task runs).
+    :param gates: the gate directory (default ``$ACKWISE_CONFORMANCE_GATES``).
     """
+    fixed = _Paths(journal, gates) if journal is not None and gates is not None else None
     store = idempotency_store or os.environ.get("ACKWISE_CONFORMANCE_IDEMPOTENCY_STORE")
     app = App("ackwise-conformance", broker=broker, idempotency_store=store or None)
     for mode in Ack:
@@ -129,7 +157,7 @@ def build_app(broker: str | None = None, *, idempotency_store: str | None = None
             retry_jitter=False,
         )
         def run(ctx: TaskContext, key: str, plan: dict[str, Any] | None = None) -> None:
-            _execute(ctx, key, plan or {})
+            _execute(fixed or _Paths.from_env(), ctx, key, plan or {})
 
     return app
 
