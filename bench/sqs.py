@@ -56,7 +56,7 @@ WORKER_ENV = _common.worker_env("sqsbench")
 
 # -- the broker -----------------------------------------------------------------------------
 class Broker:
-    """moto's server as the suite runs it (``ackwise_conformance.moto_server``), on a free port.
+    """moto's server as the suite runs it (``ackwise_sqs._moto_server``), on a free port.
 
     Requests are counted from moto's request log (werkzeug writes one line per request).
     Every cell uses a queue of its own, deleted (with ackwise's dead-letter queue) after it.
@@ -390,7 +390,7 @@ def main() -> int:
     if args.stock_moto:
         os.environ["ACKWISE_MOTO_BOOKKEEPING"] = "stock"
     where = (
-        "moto's server (`ackwise_conformance.moto_server`: atomic receives"
+        "moto's server (`ackwise_sqs._moto_server`: atomic receives"
         + (
             "; **stock moto bookkeeping**, whose cost grows with the queue's depth)"
             if args.stock_moto

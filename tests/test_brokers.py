@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ackwise import open_adapter
-from ackwise_conformance import brokers
+from ackwise_conformance import _containers, _servers
 from ackwise_conformance.brokers import (
     BrokerHandle,
     BrokerUnavailable,
@@ -219,12 +219,12 @@ def test_the_atexit_hook_stops_what_a_test_forgot(
     if shutil.which("redis-server") is None:
         missing_broker("redis-server is not on PATH")
     handle = started("redis")
-    assert handle._server in brokers._live
+    assert handle._server in _servers._live
     # Only this test's server: other tests' brokers in this session must live on.
-    monkeypatch.setattr(brokers, "_live", {handle._server})
-    brokers._stop_all()
+    monkeypatch.setattr(_servers, "_live", {handle._server})
+    _servers._stop_all()
     assert refuses(handle.port)
-    assert not brokers._live
+    assert not _servers._live
 
 
 # -- local moto (SQS) --------------------------------------------------------------------------
@@ -282,14 +282,14 @@ def fake_module(name: str, **attrs: Any) -> types.ModuleType:
 
 @pytest.fixture
 def fresh_docker_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(brokers, "_docker_reason", [])
+    monkeypatch.setattr(_containers, "_docker_reason", [])
 
 
 def test_without_testcontainers_the_container_step_is_skipped_at_once(
     fresh_docker_probe: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "testcontainers", None)  # not importable
-    assert brokers._docker_unavailable_reason() == "testcontainers is not installed"
+    assert _containers.docker_unavailable_reason() == "testcontainers is not installed"
 
 
 def test_a_docker_engine_that_does_not_answer_is_skipped(
@@ -306,7 +306,7 @@ def test_a_docker_engine_that_does_not_answer_is_skipped(
     monkeypatch.setitem(
         sys.modules, "docker", fake_module("docker", from_env=lambda **kw: Client())
     )
-    reason = brokers._docker_unavailable_reason()
+    reason = _containers.docker_unavailable_reason()
     assert reason is not None and "Cannot connect to the Docker daemon" in reason
 
 
@@ -321,13 +321,13 @@ def test_a_docker_ping_that_hangs_does_not_hang_the_session(
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(brokers, "_DOCKER_PING_TIMEOUT", 0.2)
+    monkeypatch.setattr(_containers, "_DOCKER_PING_TIMEOUT", 0.2)
     monkeypatch.setitem(sys.modules, "testcontainers", fake_module("testcontainers"))
     monkeypatch.setitem(
         sys.modules, "docker", fake_module("docker", from_env=lambda **kw: Client())
     )
     started = time.monotonic()
-    reason = brokers._docker_unavailable_reason()
+    reason = _containers.docker_unavailable_reason()
     assert reason is not None and "within" in reason
     assert time.monotonic() - started < 2
 

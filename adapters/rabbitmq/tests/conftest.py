@@ -1,11 +1,11 @@
 """Fixtures of the RabbitMQ adapter's tests: one private RabbitMQ node per session.
 
-The node is started by the conformance suite's broker provisioning on free ports (never the
-shared RabbitMQ on 5672, which these tests neither purge nor restart), with its management
-API on a free port too (the URL's ``management`` option), so that the restart scenario C19 and
-the fault proxy of C18 can use it.  ``ACKWISE_TEST_RABBITMQ_URL`` points the tests at another
-RabbitMQ instead (C19 is then n/a).  Without rabbitmq-server the tests skip, or fail under
-``CI=true``.  Every test uses queues of its own (unique names).
+The node is started by the conformance suite (as ``ackwise_rabbitmq._provision`` says) on free
+ports (never the shared RabbitMQ on 5672, which these tests neither purge nor restart), with
+its management API on a free port too (the URL's ``management`` option), so that the restart
+scenario C19 and the fault proxy of C18 can use it.  ``ACKWISE_TEST_RABBITMQ_URL`` points the
+tests at another RabbitMQ instead (C19 is then n/a).  Without rabbitmq-server the tests skip,
+or fail under ``CI=true``.  Every test uses queues of its own (unique names).
 """
 
 from __future__ import annotations

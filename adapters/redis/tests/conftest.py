@@ -1,9 +1,9 @@
 """Fixtures of the Redis adapter's tests: one private redis-server per session.
 
-The server is started by the conformance suite's broker provisioning on a free port (never the
-shared Redis on 6379, which these tests neither flush nor restart), with the durable
-configuration (append-only file, fsync always), so the restart scenario C19 and the fault
-proxy of C18 can use it.  ``ACKWISE_TEST_REDIS_URL`` points the tests at another Redis
+The server is started by the conformance suite (as ``ackwise_redis._provision`` says) on a free
+port (never the shared Redis on 6379, which these tests neither flush nor restart), with the
+durable configuration (append-only file, fsync always), so the restart scenario C19 and the
+fault proxy of C18 can use it.  ``ACKWISE_TEST_REDIS_URL`` points the tests at another Redis
 instead (C19 is then n/a).  Without redis-server the tests skip, or fail under ``CI=true``.
 """
 

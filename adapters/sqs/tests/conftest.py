@@ -1,7 +1,7 @@
 """Fixtures of the SQS adapter's tests: one moto server per session, over real HTTP.
 
-The server is started by the conformance suite's broker provisioning on a free port
-(``moto[server]`` is a test dependency only); ``ACKWISE_TEST_SQS_URL`` points the tests at
+The server is started by the conformance suite (as ``ackwise_sqs._provision`` says) on a free
+port (``moto[server]`` is a test dependency only); ``ACKWISE_TEST_SQS_URL`` points the tests at
 another SQS instead (real AWS, ElasticMQ, LocalStack).  Without moto the tests skip, or fail
 under ``CI=true``.  moto accepts any credentials: the tests set dummy ones in the environment
 (inherited by the worker processes of level 2) unless some are set already.

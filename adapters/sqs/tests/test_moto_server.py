@@ -1,6 +1,6 @@
 """The suite's moto server changes moto's speed, never its answers.
 
-``ackwise_conformance.moto_server`` replaces some of moto's SQS bookkeeping with versions whose
+``ackwise_sqs._moto_server`` replaces some of moto's SQS bookkeeping with versions whose
 cost does not grow with the queue's depth.  Each replacement is checked here against moto's own
 code on generated queues (messages visible, in flight, delayed, at the exact boundaries; receipt
 handles current, old and unknown; a handle index that is right, stale or missing) at a frozen
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ackwise_conformance import moto_server
+from ackwise_sqs import _moto_server as moto_server
 
 models = pytest.importorskip("moto.sqs.models")
 

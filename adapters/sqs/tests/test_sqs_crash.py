@@ -3,9 +3,10 @@
 Real ``ackwise worker`` processes, real signals, and a TCP fault proxy in front of moto (C18),
 every applicable scenario in all three modes, C21's 5,000 messages included.  C19 is n/a: moto
 keeps its queues in memory, so the suite cannot restart it.  Leases are whole seconds on SQS:
-the scenarios run at time scale 2 (leases of 2 s, renewed every 0.67 s).  moto is the suite's
-(``ackwise_conformance.moto_server``): atomic receives, and bookkeeping whose cost does not grow
-with the queue's depth (stock moto took ~0.5 s for a receive of 10 at 1,000 messages).
+the scenarios run at time scale 2 (leases of 2 s, renewed every 0.67 s).  moto runs as this
+package's provisioner starts it (``ackwise_sqs._moto_server``): atomic receives, and
+bookkeeping whose cost does not grow with the queue's depth (stock moto took ~0.5 s for a
+receive of 10 at 1,000 messages).
 """
 
 from __future__ import annotations

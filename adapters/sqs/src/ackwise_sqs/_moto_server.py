@@ -1,6 +1,8 @@
-"""moto's server, as the conformance suite runs it: ``python -m ackwise_conformance.moto_server``.
+"""moto's server, as the conformance suite runs it: ``python -m ackwise_sqs._moto_server``.
 
-The same arguments as ``moto_server``.  Two kinds of change, both applied by :func:`patch`
+Started by this package's provisioner (``_provision``) for the suite and the benchmarks; it
+needs ``moto[server]`` (a test dependency, not one of this package's), and nothing in the
+adapter imports it.  The same arguments as ``moto_server``.  Two kinds of change, both applied by :func:`patch`
 (``ACKWISE_MOTO_BOOKKEEPING=stock`` in the environment leaves out the second):
 
 **Atomic receives** (a known emulator deviation): moto 5.2's server is threaded and its SQS
