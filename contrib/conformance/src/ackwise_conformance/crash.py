@@ -20,14 +20,10 @@ from typing import Any
 import pytest
 
 from ackwise import Ack
+from ackwise_conformance.runner import case_label
 from ackwise_conformance.scenarios import SCENARIOS, cases, run_case
 
 __all__ = ["CrashConformance"]
-
-
-def _case_id(case: tuple[str, Ack | None]) -> str:
-    sid, mode = case
-    return f"{sid}-{mode.name if mode else 'any'}"
 
 
 class CrashConformance:
@@ -43,7 +39,7 @@ class CrashConformance:
         """Multiplier for every lease, delay and timeout of the scenarios."""
         return 1.0
 
-    @pytest.mark.parametrize("case", cases(), ids=_case_id)
+    @pytest.mark.parametrize("case", cases(), ids=case_label)
     def test_scenario(
         self, case: tuple[str, Ack | None], broker: Any, time_scale: float, tmp_path: Path
     ) -> None:

@@ -167,14 +167,14 @@ def _run_batch(
         t.start()
     limit = CASE_TIMEOUT * time_scale
     try:
-        while len([i for i in batch if i in results]) < len(batch):
+        while any(i not in results for i in batch):
             try:
                 i, result = finished.get(timeout=0.5)
             except queue.Empty:
                 _fail_overdue(selected, running, results, progress, limit, on_result)
             else:
                 if i not in results:  # not already failed as overdue
-                    _record(i, result, selected, results, progress, on_result)
+                    _record(i, result, results, progress, on_result)
             with running.lock:
                 progress.running = [case_label(selected[j]) for j in sorted(running.since)]
             if on_tick is not None:
@@ -191,7 +191,6 @@ def _run_batch(
 def _record(
     i: int,
     result: CaseResult,
-    selected: Sequence[Case],
     results: dict[int, CaseResult],
     progress: Progress,
     on_result: Callable[[CaseResult, Progress], None] | None,
@@ -225,7 +224,6 @@ def _fail_overdue(
         _record(
             i,
             CaseResult(sid, mode, "fail", f"the case did not finish within {limit:.0f}s", limit),
-            selected,
             results,
             progress,
             on_result,
