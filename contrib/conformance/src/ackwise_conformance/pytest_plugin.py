@@ -18,3 +18,9 @@ from ackwise_conformance.helpers import eventually as _eventually
 def eventually() -> Callable[..., Any]:
     """The deadline-polling helper: ``eventually(predicate, timeout, description=...)``."""
     return _eventually
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # CrashConformance marks its batch test with pytest-timeout's marker; without that plugin
+    # the marker is inert, and registering it keeps --strict-markers runs quiet.
+    config.addinivalue_line("markers", "timeout(seconds): pytest-timeout's per-test bound")
