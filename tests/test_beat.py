@@ -36,7 +36,12 @@ from ackwise import (
     open_lock,
 )
 from ackwise.cli import main as ackwise_main
-from ackwise.errors import ConfigurationError, NotSerializable, TransientAdapterError
+from ackwise.errors import (
+    ConfigurationError,
+    NotSerializable,
+    PermanentAdapterError,
+    TransientAdapterError,
+)
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.locks import LeaderLockConformance
 
@@ -383,7 +388,31 @@ def test_leader_steps_down_without_a_store_call_once_its_deadline_passed():
     assert lead.claim("s", 1) is Claim.NOT_HOLDER
 
 
-def test_renewal_failure_steps_down_immediately():
+def test_transient_renewal_failure_keeps_the_lock_until_the_deadline():
+    clock = FakeClock(utc(2025, 1, 1))
+    lock = _memory_lock(clock, uuid.uuid4().hex)
+    lead = Leadership(lock, "n", ttl=3, clock=clock.mono)
+    assert lead.try_acquire()
+    fence = lead.fence
+    clock.advance(1.0)
+    renew = lock.renew
+    failures = [TransientAdapterError("database is locked")]
+
+    def busy_once(*args):
+        if failures:
+            raise failures.pop()
+        return renew(*args)
+
+    lock.renew = busy_once  # type: ignore[method-assign]
+    assert lead.maintain() is True  # the store was busy: still the leader, same fence
+    assert lead.is_leader and lead.fence == fence
+    clock.advance(0.25)  # retried a quarter of the renewal interval later, and renewed
+    assert lead.maintain() is True
+    clock.advance(2.5)  # past the first deadline: only the renewal keeps it
+    assert lead.is_leader and lead.fence == fence
+
+
+def test_renewal_failing_until_the_deadline_steps_down():
     clock = FakeClock(utc(2025, 1, 1))
     lock = _memory_lock(clock, uuid.uuid4().hex)
     lead = Leadership(lock, "n", ttl=3, clock=clock.mono)
@@ -394,6 +423,25 @@ def test_renewal_failure_steps_down_immediately():
         raise TransientAdapterError("connection reset")
 
     lock.renew = broken  # type: ignore[method-assign]
+    assert lead.maintain() is True
+    clock.advance(1.9)
+    assert lead.maintain() is True
+    clock.advance(0.2)  # the deadline (3 s after the acquire started) passed
+    assert lead.maintain() is False
+    assert lead.token is None and not lead.is_leader
+
+
+def test_permanent_renewal_failure_steps_down_immediately():
+    clock = FakeClock(utc(2025, 1, 1))
+    lock = _memory_lock(clock, uuid.uuid4().hex)
+    lead = Leadership(lock, "n", ttl=3, clock=clock.mono)
+    assert lead.try_acquire()
+    clock.advance(1.0)
+
+    def refused(*args):
+        raise PermanentAdapterError("no such table: ackwise_locks")
+
+    lock.renew = refused  # type: ignore[method-assign]
     assert lead.maintain() is False
     assert not lead.is_leader
 
@@ -524,7 +572,9 @@ def test_lost_ownership_makes_the_beat_a_follower_instead_of_crashing():
         return real_acquire(*args)
 
     a.lock.renew, a.lock.acquire = renew, acquire  # type: ignore[method-assign]
-    _drive([a], clock, 2.0)  # renewal due at ttl/3: fails -> step down, no exception
+    _drive([a], clock, 2.5)  # renewal due at ttl/3 fails: retried, still the leader
+    assert a.is_leader and a.leadership.fence == 1
+    _drive([a], clock, 1.0)  # the deadline passed without a renewal: step down, no exception
     assert not a.is_leader
     failing["on"] = False
     _drive([a], clock, 4.0)  # store back; the old lock expired: leader again

@@ -217,7 +217,9 @@ class Leadership:
         return True
 
     def maintain(self) -> bool:
-        """Renew when due; step down when the deadline passed or a renewal fails.
+        """Renew when due; step down when the deadline passed or a renewal is refused.
+
+        A renewal that fails transiently is retried on the next call until the deadline.
 
         Never raises for a store failure: that is a step-down.  Returns :attr:`is_leader`.
         """
@@ -233,8 +235,15 @@ class Leadership:
         try:
             renewed = self.lock.renew(self.name, self.token, self.ttl)
         except AdapterError as exc:
-            self.step_down(f"renewal failed: {exc}")
-            return False
+            if not exc.transient:
+                self.step_down(f"renewal failed: {exc}")
+                return False
+            # The lock stays ours until the deadline of the last renewal that came in (judged
+            # from when it started): a store busy or unreachable for a moment is retried on the
+            # next pass, and only the deadline passing makes this process step down.
+            log.warning("lock %s: renewal failed (%s); retrying until the deadline", self.name, exc)
+            self.next_renew = now + self.renew_every / 4
+            return self.is_leader
         if not renewed:
             self.step_down("renewal refused: the lock expired or moved to another holder")
             return False
