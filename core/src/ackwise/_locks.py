@@ -130,6 +130,14 @@ class LeaderLock(abc.ABC):
     def info(self, name: str) -> LockInfo | None:
         """The current holder of ``name``, or ``None`` when it is free."""
 
+    def delete(self, name: str) -> None:  # noqa: B027  # optional: the default keeps all
+        """Forget everything kept for ``name``: its holder, its fencing number, its claims.
+
+        Only for a lock no process will use again (a test's or a conformance run's cleanup):
+        a later acquire starts the fencing numbers again from 1.  Optional: the default
+        keeps everything (a backend without it leaves its lock records behind).
+        """
+
 
 def default_owner() -> str:
     """``host:pid``: how a holder is shown."""
@@ -386,6 +394,12 @@ class MemoryLeaderLock(LeaderLock):
         with self._store.mutex:
             return {s: max(f) for (n, s), f in self._store.fires.items() if n == name and f}
 
+    def delete(self, name: str) -> None:
+        with self._store.mutex:
+            self._store.locks.pop(name, None)
+            for key in [k for k in self._store.fires if k[0] == name]:
+                del self._store.fires[key]
+
     def info(self, name: str) -> LockInfo | None:
         with self._store.mutex:
             state = self._store.locks.get(name)
@@ -525,6 +539,11 @@ class SQLiteLeaderLock(LeaderLock):
                 (name,),
             ).fetchall()
         return {schedule: int(t) for schedule, t in rows}
+
+    def delete(self, name: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM ackwise_fires WHERE lock = ?", (name,))
+            db.execute("DELETE FROM ackwise_locks WHERE name = ?", (name,))
 
     def info(self, name: str) -> LockInfo | None:
         with self._read() as db:

@@ -95,6 +95,10 @@ class Capabilities:
     #: tells only this connection's own (RabbitMQ without its management API: AMQP has no
     #: count of other consumers' unacknowledged messages).
     global_in_flight: bool = True
+    #: The step of the broker's timers (leases and delays), in seconds: SQS counts visibility
+    #: timeouts and delays in whole seconds (1.0); 0.0 where they are finer than a millisecond.
+    #: The conformance suite scales its times so that its shortest lease is two steps or more.
+    time_resolution: float = 0.0
 
     def holds_delay(self, delay: float) -> bool:
         """Whether the broker can hold a message ``delay`` seconds before it is delivered."""

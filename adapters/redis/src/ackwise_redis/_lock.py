@@ -40,6 +40,7 @@ _RELEASE = load_script("lock_release")
 _CLAIM = load_script("lock_claim")
 _LAST_FIRES = load_script("lock_last_fires")
 _INFO = load_script("lock_info")
+_DELETE = load_script("lock_delete")
 
 _CLAIMS = {1: Claim.CLAIMED, 0: Claim.TAKEN, -1: Claim.NOT_HOLDER}
 
@@ -119,4 +120,10 @@ class RedisLeaderLock(LeaderLock):
             owner.decode() if owner is not None else "?",
             int(fence),
             max(0.0, int(pttl) / 1000),
+        )
+
+    def delete(self, name: str) -> None:
+        base = self._base(name)
+        self._eval(
+            _DELETE, [f"{base}:lock", f"{base}:fence", f"{base}:schedules"], [f"{base}:fires:"]
         )

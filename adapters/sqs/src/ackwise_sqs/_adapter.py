@@ -91,4 +91,5 @@ class SQSAdapter(_Browsing, _Settling, _Receiving, _Publishing, _Topology, _Clie
         # Every request costs a round trip and carries at most 10 messages: while tasks are
         # short the worker holds enough to receive and acknowledge in whole batches.
         deep_prefetch=True,
+        time_resolution=1.0,  # VisibilityTimeout and DelaySeconds are whole seconds
     )

@@ -46,7 +46,13 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="only this scenario id, e.g. C02 (repeatable, or comma-separated)",
     )
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    p.add_argument("--time-scale", type=float, default=1.0, help="multiply leases and timeouts")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="multiply leases and timeouts (default: 1, or what the broker's timer "
+        "resolution needs, e.g. 2 on SQS)",
+    )
     p.add_argument(
         "--jobs",
         type=int,
@@ -73,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         args.prefix = f"conformance-{uuid.uuid4().hex[:6]}-"
     if args.jobs is not None and args.jobs < 1:
         raise SystemExit(f"ackwise conformance: --jobs {args.jobs}: expected 1 or more")
+    args.time_scale = _time_scale(args.url, args.time_scale)
     out: dict[str, Any] = {
         "url": redact_url(args.url),
         "prefix": args.prefix,
@@ -113,6 +120,41 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(out, indent=2))
         print(f"results written to {args.json}")
     return 1 if failed else 0
+
+
+def _time_scale(url: str, asked: float | None) -> float:
+    """The run's time scale: ``asked``, or 1; refused when the broker's timers are too coarse.
+
+    The shortest lease of the suite (1 s x scale) must be two steps of the broker's timers
+    (``Capabilities.time_resolution``) or more, or its checks of "not before the lease ends"
+    measure the rounding.
+    """
+    from ackwise import BrokerURL, get_plugins
+    from ackwise_conformance.harness import LEASE
+
+    if asked is not None and not asked > 0:
+        raise SystemExit(f"ackwise conformance: --time-scale {asked:g}: expected a number > 0")
+    try:
+        adapter = get_plugins().adapters.get(BrokerURL.parse(url).scheme).load()
+    except ConfigurationError as exc:
+        raise SystemExit(f"ackwise conformance: {exc}") from None
+    resolution = float(adapter.capabilities.time_resolution)
+    needed = max(1.0, 2 * resolution / LEASE)
+    if asked is None:
+        if needed > 1.0:
+            print(
+                f"time scale {needed:g}: the broker's timers count {resolution:g}s steps "
+                f"(leases of {LEASE * needed:g}s)",
+                flush=True,
+            )
+        return needed
+    if asked < needed:
+        raise SystemExit(
+            f"ackwise conformance: --time-scale {asked:g} is too short for {adapter.name}: its "
+            f"timers count {resolution:g}s steps, so leases must be {2 * resolution:g}s or "
+            f"more; use --time-scale {needed:g} or more"
+        )
+    return asked
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, int]:

@@ -88,7 +88,7 @@ def _batch_verdicts(
     node = request.node.parent
     if node is None:
         return {}
-    verdicts = node.stash.get(_BATCH, None)
+    verdicts: dict[Case, CaseResult] | None = node.stash.get(_BATCH, None)
     if verdicts is None:
         name = request.node.originalname
         selected: list[Case] = [
@@ -113,4 +113,3 @@ def _run(
     prefix = f"conformance-{secrets.token_hex(3)}-"
     results = run_cases(broker, selected, workdir, time_scale=time_scale, prefix=prefix)
     return dict(zip(selected, results, strict=True))
-

@@ -431,6 +431,7 @@ class Harness:
         self._lock: LeaderLock | None = None
         self._fires: dict[str, list[Fire]] = {}
         self._extra_queues: set[str] = set()
+        self._beat_groups: set[str] = set()  # each group of beats has a lock of its own
         self._published: dict[str, str] = {}  # message id -> key
         self._idempotency_keys: dict[str, str] = {}  # message id -> its idempotency key
         self._store_keys: set[str] = set()  # as the idempotency store holds them
@@ -594,6 +595,7 @@ class Harness:
         args = ["--ttl", repr(ttl), "--tick", repr(tick)]
         if lock_url is not None:
             args += ["--lock", lock_url]
+        self._beat_groups.add(group)
         handle = BeatHandle(self, len(self.beats), args, env)
         self.beats.append(handle)
         if wait_ready:
@@ -629,7 +631,11 @@ class Harness:
 
     def leader(self, group: str = "") -> LockInfo | None:
         """Who holds the group's beat lock now, as the store sees it."""
-        return self.beat_lock.info(f"ackwise.beat.{self.beat_app(group)}")
+        return self.beat_lock.info(self.beat_lock_name(group))
+
+    def beat_lock_name(self, group: str = "") -> str:
+        """The lock the group's beats take (the beat's default: ``ackwise.beat.<app>``)."""
+        return f"ackwise.beat.{self.beat_app(group)}"
 
     def leader_pid(self, group: str = "") -> int | None:
         info = self.leader(group)
@@ -819,6 +825,12 @@ class Harness:
             try:
                 w.close()
             except Exception:
+                pass
+        if self._beat_groups:
+            try:
+                for group in sorted(self._beat_groups):
+                    self.beat_lock.delete(self.beat_lock_name(group))
+            except (AdapterError, ConfigurationError):
                 pass
         if self._lock is not None:
             try:

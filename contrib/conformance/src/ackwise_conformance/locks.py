@@ -61,6 +61,24 @@ class LeaderLockConformance:
     def _expire(self, lock: LeaderLock, name: str) -> None:
         eventually(lambda: lock.info(name) is None, 10.0, description=f"lock {name} to expire")
 
+    # -- delete ------------------------------------------------------------------------------
+    def test_delete_forgets_the_holder_and_the_claims(
+        self, lock: LeaderLock, other: LeaderLock, name: str
+    ) -> None:
+        if type(lock).delete is LeaderLock.delete:
+            pytest.skip("n/a: the backend does not implement LeaderLock.delete (optional)")
+        assert lock.acquire(name, "t1", LONG_TTL, "a") is not None
+        assert lock.claim(name, "t1", "s", 1_000_000) is Claim.CLAIMED
+        kept = f"{name}.kept"
+        assert lock.acquire(kept, "k1", LONG_TTL, "a") is not None
+        lock.delete(name)
+        assert other.info(name) is None and other.last_fires(name) == {}
+        assert other.acquire(name, "t2", LONG_TTL, "b") == 1  # nothing remembered
+        assert other.info(kept) is not None  # another lock is untouched
+        other.delete(name)
+        lock.delete(kept)
+        lock.delete(kept)  # deleting what is gone is not an error
+
     # -- acquire -----------------------------------------------------------------------------
     def test_only_one_holder_at_a_time(
         self, lock: LeaderLock, other: LeaderLock, name: str

@@ -115,13 +115,34 @@ class AdapterConformance:
 
     # -- fixtures of the suite -------------------------------------------------------------
     @pytest.fixture(autouse=True)
-    def _conformance_settings(self, lease: float, time_scale: float, queue_prefix: str) -> None:
+    def _conformance_settings(
+        self,
+        lease: float,
+        time_scale: float,
+        queue_prefix: str,
+        adapter_factory: AdapterFactory,
+    ) -> Iterator[None]:
         self.prefix = queue_prefix
         self.lease_s = lease
         self.scale = time_scale
         self.patience = 10.0 * time_scale
         self._taken = []
         self._queues = []
+        yield
+        # After every other fixture's teardown (the test's adapters are closed by now): delete
+        # what is left on a new connection -- queues of a test that used declare_queue without
+        # the queue fixture, or whose adapter it closed itself.
+        self._cleanup()
+        if self._queues:
+            with suppress(Exception):
+                sweeper = adapter_factory()
+                sweeper.open()
+                try:
+                    for _, name in self._queues:
+                        with suppress(AdapterError):
+                            sweeper.delete_queue(name)
+                finally:
+                    sweeper.close()
 
     @pytest.fixture
     def connect(self, adapter_factory: AdapterFactory) -> Iterator[AdapterFactory]:
@@ -173,9 +194,14 @@ class AdapterConformance:
         for adapter, deliveries in by_adapter.values():
             with suppress(AdapterError):
                 adapter.ack(deliveries)
+        self._taken = []
+        left = []
         for adapter, name in self._queues:
-            with suppress(AdapterError):
+            try:
                 adapter.delete_queue(name)
+            except AdapterError:
+                left.append((adapter, name))
+        self._queues = left
 
     def track(self, adapter: Adapter, deliveries: Sequence[Delivery]) -> Sequence[Delivery]:
         """Remember ``deliveries`` so that they are acked after the test."""

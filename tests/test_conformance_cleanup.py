@@ -1,0 +1,184 @@
+"""After a run of ``ackwise conformance`` -- green, failing or interrupted with Ctrl-C -- the
+broker holds nothing named with the run's prefix: no queue, exchange or key.
+
+Each broker is a private one the suite starts (Redis, a RabbitMQ node with its management API,
+a moto server), looked at directly: Redis ``SCAN``, the management API's queue and exchange
+lists, SQS ``ListQueues``.  The failing run uses ``forgetful-<scheme>://``, the real adapter
+whose ``ack`` removes nothing (``tests/selftest/forgetful_adapters.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+from ackwise_conformance.helpers import eventually
+
+pytestmark = pytest.mark.slow
+
+SELFTEST_DIR = Path(__file__).parent / "selftest"
+
+
+@dataclass
+class Target:
+    handle: BrokerHandle
+    leftovers: Callable[[str], list[str]]
+    #: Scenarios of the green run (a beat scenario where the broker has a lock store).
+    green: str
+
+
+def _redis_leftovers(handle: BrokerHandle) -> Callable[[str], list[str]]:
+    import redis
+
+    client = redis.Redis.from_url(handle.url.split("?")[0])
+
+    def leftovers(prefix: str) -> list[str]:
+        return sorted(k.decode() for k in client.scan_iter(match=f"*{prefix}*", count=1000))
+
+    return leftovers
+
+
+def _rabbitmq_leftovers(handle: BrokerHandle) -> Callable[[str], list[str]]:
+    api = parse_qs(urlsplit(handle.url).query)["management"][0]
+    auth = base64.b64encode(b"guest:guest").decode()
+
+    def names(what: str) -> list[str]:
+        request = urllib.request.Request(
+            f"{api}/api/{what}?columns=name", headers={"Authorization": f"Basic {auth}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return [row["name"] for row in json.load(reply)]
+
+    def leftovers(prefix: str) -> list[str]:
+        return sorted(
+            f"{what[:-1]} {n}"
+            for what in ("queues", "exchanges")
+            for n in names(what)
+            if prefix in n
+        )
+
+    return leftovers
+
+
+def _sqs_leftovers(handle: BrokerHandle) -> Callable[[str], list[str]]:
+    import boto3
+
+    endpoint = parse_qs(urlsplit(handle.url).query)["endpoint_url"][0]
+    client = boto3.client(
+        "sqs",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+    def leftovers(prefix: str) -> list[str]:
+        urls = client.list_queues(MaxResults=1000).get("QueueUrls", [])
+        return sorted(u.rsplit("/", 1)[1] for u in urls if prefix in u.rsplit("/", 1)[1])
+
+    return leftovers
+
+
+LEFTOVERS = {"redis": _redis_leftovers, "rabbitmq": _rabbitmq_leftovers, "sqs": _sqs_leftovers}
+GREEN = {"redis": "C02,B04", "rabbitmq": "C02", "sqs": "C02"}
+
+
+@pytest.fixture(scope="module", params=sorted(LEFTOVERS))
+def target(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Target]:
+    name = request.param
+    for var, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        os.environ.setdefault(var, value)
+    try:
+        handle = provide(name, tmp_dir=tmp_path_factory.mktemp(name), durable=False)
+    except BrokerUnavailable as exc:
+        missing_broker(exc.reason)
+    yield Target(handle, LEFTOVERS[name](handle), GREEN[name])
+    handle.stop()
+
+
+def _cli(url: str, prefix: str, *args: str, plugin: str | None = None) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    if plugin is not None:
+        env["ACKWISE_PLUGINS"] = plugin
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(SELFTEST_DIR), env.get("PYTHONPATH")])
+        )
+    return subprocess.Popen(
+        [sys.executable, "-m", "ackwise", "conformance", url, "--prefix", prefix, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _finish(process: subprocess.Popen[str], timeout: float) -> tuple[int, str]:
+    out, _ = process.communicate(timeout=timeout)
+    return process.returncode, out
+
+
+def _prefix() -> str:
+    return f"cleanup-{uuid.uuid4().hex[:6]}-"
+
+
+def test_a_green_run_leaves_nothing(target: Target) -> None:
+    prefix = _prefix()
+    status, out = _finish(
+        _cli(target.handle.url, prefix, "--level", "all", "--scenario", target.green), 600
+    )
+    assert status == 0, out[-4000:]
+    assert target.leftovers(prefix) == []
+
+
+def test_a_failing_run_leaves_nothing(target: Target) -> None:
+    prefix = _prefix()
+    url = f"forgetful-{target.handle.url}"
+    status, out = _finish(
+        _cli(url, prefix, "--level", "2", "--scenario", "C01,C02", plugin="forgetful_adapters"),
+        600,
+    )
+    assert status == 1, out[-4000:]
+    assert "fail" in out
+    assert target.leftovers(prefix) == []
+
+
+def test_an_interrupted_run_leaves_nothing(target: Target) -> None:
+    prefix = _prefix()
+    process = _cli(target.handle.url, prefix, "--level", "2")
+    try:
+        eventually(
+            lambda: len(target.leftovers(prefix)) >= 3 or process.poll() is not None,
+            120,
+            description="the run to create its first queues",
+        )
+        assert process.poll() is None, process.communicate()[0][-4000:]
+        time.sleep(2.0)  # cases running: workers consuming, messages in flight
+        process.send_signal(signal.SIGINT)
+        status, out = _finish(process, 180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert status == 130, out[-4000:]
+    assert "interrupted" in out
+    assert target.leftovers(prefix) == []
