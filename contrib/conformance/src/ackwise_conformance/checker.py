@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ackwise import DeadLetter
+from ackwise import Ack, DeadLetter
 
 if TYPE_CHECKING:
     from ackwise_conformance.harness import Harness
@@ -108,7 +108,9 @@ class History:
             )
         if len(fates) > 5:
             details += f"\n  … and {len(fates) - 5} more"
-        raise ScenarioFailed(f"{message}; summary {self.summary()}{details}")
+        diagnosis = _diagnose(fates[0], self.harness.mode) if fates else None
+        head = f"{diagnosis}\n" if diagnosis else ""
+        raise ScenarioFailed(f"{head}{message}; summary {self.summary()}{details}")
 
     def expect_no_unexpected(self) -> None:
         bad = [f for f in self.fates.values() if f.status == "unexpected"]
@@ -183,3 +185,42 @@ class History:
             return [f for f in self.fates.values() if f.published]
         wanted = set(keys)
         return [f for f in self.fates.values() if f.key in wanted]
+
+
+def _diagnose(fate: MessageFate, mode: Ack | None) -> str | None:
+    """Which guarantee the journal shows broken for ``fate``, in words (None: nothing plain).
+
+    The workload journals a task's start and its end; a late ack follows the end, an early ack
+    comes before the start.  So a delivery after an ended execution means the late ack did
+    not remove the message, and a second start in early mode that the early ack did not.
+    """
+    if not fate.published:
+        return f"message {fate.id} ran but was never published: the broker made it up"
+    attempts = [s.get("attempt") for s in fate.starts]
+    if mode is Ack.EARLY and len(fate.starts) > 1:
+        return (
+            f"the early ack did not remove message {fate.id}: it ran {len(fate.starts)} times "
+            f"(attempts {attempts}) although ack_before_start had returned before the first run"
+        )
+    if fate.ends and (len(fate.starts) > len(fate.ends) or len(fate.ends) > 1 or fate.dead):
+        first_end = min(e["t"] for e in fate.ends)
+        later = [s for s in fate.starts if s["t"] > first_end]
+        if later:
+            after = f", then dead-lettered ({fate.dead[0].reason})" if fate.dead else ""
+            return (
+                f"ack did not remove message {fate.id}: it was delivered again (attempt "
+                f"{later[0].get('attempt')}) after its task had completed{after}"
+            )
+    if fate.status == "lost":
+        if not fate.starts:
+            return f"message {fate.id} was lost: published, never delivered, not dead-lettered"
+        return (
+            f"message {fate.id} was lost: delivered (attempts {attempts}), never completed, "
+            "and neither delivered again nor dead-lettered"
+        )
+    if fate.dead and not fate.ends:
+        return (
+            f"message {fate.id} was dead-lettered ({fate.dead[0].reason}, attempt "
+            f"{fate.dead[0].attempt}) without completing"
+        )
+    return None

@@ -788,16 +788,37 @@ class Harness:
         limit = self.patience * 2 if timeout is None else timeout
         deadline = time.monotonic() + limit
         while True:
-            eventually(
-                self.settled,
-                max(0.1, deadline - time.monotonic()),
-                description=f"queue {self.queue} to drain (stats: {self.stats()})",
-            )
+            try:
+                eventually(self.settled, max(0.1, deadline - time.monotonic()))
+            except AssertionError:
+                self._not_drained(limit)
             size = self.journal.path.stat().st_size if self.journal.path.exists() else 0
             time.sleep(0.25)
             now = self.journal.path.stat().st_size if self.journal.path.exists() else 0
             if (now == size and self.settled()) or time.monotonic() >= deadline:
                 return
+
+    def _not_drained(self, waited: float) -> None:
+        """Fail naming the messages that never finished, and what the journal shows of them."""
+        history = self.history()
+        unfinished = [
+            f for f in history.fates.values() if f.published and f.status in ("lost", "duplicated")
+        ]
+        unfinished.sort(key=lambda f: f.status != "lost")
+        stats = self.stats()
+        held = stats.ready + stats.delayed + (stats.in_flight if self.counts_in_flight else 0)
+        if held and not any(f.status == "lost" for f in unfinished):
+            raise ScenarioFailed(
+                f"a settlement did not remove its message: every message completed or was "
+                f"dead-lettered, yet after {waited:.0f}s the broker still holds {held} (ready "
+                f"{stats.ready}, delayed {stats.delayed}, in flight {stats.in_flight}) in queue "
+                f"{self.queue}; summary {history.summary()}"
+            )
+        history._fail(
+            f"queue {self.queue} did not drain within {waited:.0f}s: {len(unfinished)} "
+            f"message(s) unfinished, the broker shows {stats}",
+            *unfinished,
+        )
 
     def quiet(self, seconds: float) -> None:
         """Let ``seconds`` pass so that anything that should not happen has had its chance."""
@@ -810,6 +831,11 @@ class Harness:
         return History.build(self)
 
     # -- cleanup ---------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (the case finished, timed out or was interrupted)."""
+        return self._closed
+
     def close(self) -> None:
         """Stop every process of the case and delete what it made on the broker (once; from
         any thread: an interrupted run closes the cases still running)."""

@@ -258,15 +258,30 @@ class AdapterConformance:
         assert len(out) == n, f"asked for {n} deliveries, got {len(out)}: {_ids(out)}"
         return out
 
-    def assert_nothing_receivable(self, adapter: Adapter, queue: str, wait: float) -> None:
-        """Assert that no delivery comes from ``queue`` for ``wait`` seconds."""
+    def assert_nothing_receivable(
+        self, adapter: Adapter, queue: str, wait: float, why: str = ""
+    ) -> None:
+        """Assert that no delivery comes from ``queue`` for ``wait`` seconds.
+
+        :param why: the guarantee, in words ("ack removes the message for good").
+        """
         deadline = time.monotonic() + wait
         while (remaining := deadline - time.monotonic()) > 0:
             got = self.receive(adapter, queue, wait=remaining)
-            assert not got, f"expected nothing receivable from {queue}, got {_ids(got)}"
+            head = f"broken: {why}: " if why else ""
+            assert not got, (
+                f"{head}{_ids(got)} delivered from {queue} within {wait:.2f}s, where nothing "
+                "should be receivable"
+            )
 
-    def assert_stats(self, adapter: Adapter, queue: str, **expected: int) -> QueueStats:
-        """Wait (up to the patience) until ``stats(queue)`` shows the ``expected`` counts."""
+    def assert_stats(
+        self, adapter: Adapter, queue: str, why: str = "", **expected: int
+    ) -> QueueStats:
+        """Wait (up to the patience) until ``stats(queue)`` shows the ``expected`` counts.
+
+        :param why: the guarantee the counts check, in words ("ack removes the message"): a
+            failure says it broke, and how the counts differ.
+        """
         unknown = set(expected) - set(_STATS_FIELDS)
         assert not unknown, f"unknown stats fields {unknown}"
         last: list[QueueStats] = []
@@ -279,8 +294,25 @@ class AdapterConformance:
         try:
             eventually(matches, self.patience, description=f"stats of {queue} == {expected}")
         except AssertionError:
-            raise AssertionError(f"stats of {queue}: expected {expected}, got {last}") from None
+            raise AssertionError(
+                _stats_failure(why, queue, expected, last, self.patience)
+            ) from None
         return last[0]
+
+    def expect_stale(self, settle: Callable[[], object], what: str) -> StaleReceipt:
+        """Run ``settle``, which must raise :class:`StaleReceipt`; return the exception.
+
+        :param what: the settlement and its receipt, in words ("ack of an acked receipt").
+        """
+        try:
+            settle()
+        except StaleReceipt as exc:
+            return exc
+        raise AssertionError(
+            f"a stale receipt was accepted: {what} returned without StaleReceipt; a receipt "
+            "whose delivery was settled, or whose lease expired and went to another consumer, "
+            "must be refused and change nothing"
+        )
 
     def assert_attempt(self, adapter: Adapter, delivery: Delivery | int, expected: int) -> None:
         """Check a delivery's ``attempt`` as precisely as the adapter's capabilities promise."""
@@ -334,7 +366,15 @@ class AdapterConformance:
             f"({before} + {self.lease_s})"
         )
         adapter.ack([d])
-        self.assert_stats(adapter, queue, ready=0, delayed=0, in_flight=0, dead=0)
+        self.assert_stats(
+            adapter,
+            queue,
+            "ack removes the message for good",
+            ready=0,
+            delayed=0,
+            in_flight=0,
+            dead=0,
+        )
 
     def test_ready_messages_are_received_in_publication_order(
         self, adapter: Adapter, queue: str
@@ -352,7 +392,7 @@ class AdapterConformance:
     ) -> None:
         ids = [f"m{i}" for i in range(10)]
         adapter.publish(queue, [Outgoing(i, i.encode()) for i in ids])
-        self.assert_stats(adapter, queue, ready=10)
+        self.assert_stats(adapter, queue, "every published message is counted ready", ready=10)
         first = self.take(adapter, queue, 1, max_messages=4)
         more = self.receive(adapter, queue, max_messages=4, wait=1.0 * self.scale)
         assert len(more) <= 4, f"receive(max_messages=4) returned {len(more)} deliveries"
@@ -369,14 +409,27 @@ class AdapterConformance:
         a, b = self.take(adapter, queue, 2)
         assert {a.body, b.body} == {b"one", b"two"}
         adapter.ack([a])
-        self.assert_stats(adapter, queue, ready=0, in_flight=1)
+        self.assert_stats(
+            adapter,
+            queue,
+            "ack of one of two messages with the same id removes only that delivery",
+            ready=0,
+            in_flight=1,
+        )
         adapter.ack([b])
-        self.assert_stats(adapter, queue, ready=0, in_flight=0)
+        self.assert_stats(
+            adapter, queue, "ack removes the second delivery too", ready=0, in_flight=0
+        )
 
     def test_queues_are_isolated(self, adapter: Adapter, queue: str) -> None:
         second = self.declare_queue(adapter)
         adapter.publish(queue, [Outgoing("here", b"x")])
-        self.assert_nothing_receivable(adapter, second, 0.2 * self.scale)
+        self.assert_nothing_receivable(
+            adapter,
+            second,
+            0.2 * self.scale,
+            "a message published to one queue is never delivered from another",
+        )
         (d,) = self.take(adapter, queue)
         assert d.message_id == "here"
 
@@ -413,8 +466,18 @@ class AdapterConformance:
         adapter.publish(queue, [Outgoing(f"m{i}", b"x") for i in range(10)])
         got = self.take(adapter, queue, 10)
         adapter.ack(got)
-        self.assert_stats(adapter, queue, ready=0, delayed=0, in_flight=0, dead=0)
-        self.assert_nothing_receivable(adapter, queue, 0.2 * self.scale)
+        self.assert_stats(
+            adapter,
+            queue,
+            "one ack of a batch removes every message of it",
+            ready=0,
+            delayed=0,
+            in_flight=0,
+            dead=0,
+        )
+        self.assert_nothing_receivable(
+            adapter, queue, 0.2 * self.scale, "ack removes the messages for good"
+        )
 
     def test_ack_of_an_already_acked_receipt_is_stale_and_changes_nothing(
         self, adapter: Adapter, queue: str
@@ -422,12 +485,19 @@ class AdapterConformance:
         adapter.publish(queue, [Outgoing("a", b"a"), Outgoing("b", b"b")])
         got = {d.message_id: d for d in self.take(adapter, queue, 2)}
         adapter.ack([got["a"]])
-        with pytest.raises(StaleReceipt) as info:
-            adapter.ack([got["a"]])
-        assert info.value.deliveries == (got["a"],)
-        self.assert_stats(adapter, queue, ready=0, in_flight=1)
+        stale = self.expect_stale(
+            lambda: adapter.ack([got["a"]]), "a second ack of an acked receipt"
+        )
+        assert stale.deliveries == (got["a"],)
+        self.assert_stats(
+            adapter,
+            queue,
+            "a second ack of an acked receipt changes nothing (the other delivery stays in flight)",
+            ready=0,
+            in_flight=1,
+        )
         adapter.ack([got["b"]])  # the other delivery was not touched
-        self.assert_stats(adapter, queue, ready=0, in_flight=0)
+        self.assert_stats(adapter, queue, "ack removes the other delivery", ready=0, in_flight=0)
 
     def test_ack_before_start_removes_the_messages_and_refuses_a_stale_receipt(
         self, adapter: Adapter, queue: str
@@ -446,8 +516,18 @@ class AdapterConformance:
             adapter.ack_before_start(got[1:])
         except StaleReceipt as exc:
             assert exc.deliveries == (got[1],)
-        self.assert_stats(adapter, queue, ready=0, delayed=0, in_flight=0, dead=0)
-        self.assert_nothing_receivable(adapter, queue, 0.2 * self.scale)
+        self.assert_stats(
+            adapter,
+            queue,
+            "ack_before_start removes the messages before their tasks run",
+            ready=0,
+            delayed=0,
+            in_flight=0,
+            dead=0,
+        )
+        self.assert_nothing_receivable(
+            adapter, queue, 0.2 * self.scale, "ack_before_start removes the messages for good"
+        )
 
     def connection_leases(self, adapter: Adapter) -> bool:
         return self.capabilities_of(adapter).lease_extension is LeaseExtension.CONNECTION
@@ -494,15 +574,32 @@ class AdapterConformance:
             "nack": lambda: adapter.nack(old),
             "dead_letter": lambda: adapter.dead_letter(old, reason="failed"),
         }
-        with pytest.raises(StaleReceipt) as info:
-            settle[operation]()
-        assert info.value.deliveries == (old,)
+        stale = self.expect_stale(
+            settle[operation], f"{operation} with the receipt of an expired, redelivered lease"
+        )
+        assert stale.deliveries == (old,)
         # The new delivery still owns the message: in flight, not receivable, not dead.  Asked
         # of the consumer that holds it: a broker without global_in_flight counts only those.
-        self.assert_stats(other, queue, ready=0, delayed=0, in_flight=1, dead=0)
+        self.assert_stats(
+            other,
+            queue,
+            "a stale settlement leaves the new delivery in flight, neither ready nor dead",
+            ready=0,
+            delayed=0,
+            in_flight=1,
+            dead=0,
+        )
         assert not adapter.dead_letters(queue)
         other.ack([new])
-        self.assert_stats(other, queue, ready=0, delayed=0, in_flight=0, dead=0)
+        self.assert_stats(
+            other,
+            queue,
+            "ack of the new delivery removes the message",
+            ready=0,
+            delayed=0,
+            in_flight=0,
+            dead=0,
+        )
 
     def test_batch_ack_with_one_stale_receipt_settles_the_valid_ones(
         self, adapter: Adapter, other: Adapter, queue: str
@@ -510,12 +607,21 @@ class AdapterConformance:
         old, new = self._expire_and_redeliver(adapter, other, queue)
         adapter.publish(queue, [Outgoing("y", b"y"), Outgoing("z", b"z")])
         valid = self.take(adapter, queue, 2, lease=30 * self.lease_s)
-        with pytest.raises(StaleReceipt) as info:
-            adapter.ack([old, *valid])
-        assert info.value.deliveries == (old,), "exactly the stale delivery is reported"
-        self.assert_stats(other, queue, ready=0, in_flight=1)  # only the new delivery
+        stale = self.expect_stale(
+            lambda: adapter.ack([old, *valid]), "a batch ack with one expired, redelivered receipt"
+        )
+        assert stale.deliveries == (old,), "exactly the stale delivery is reported"
+        self.assert_stats(
+            other,
+            queue,
+            "a batch ack with a stale receipt settles the valid ones and leaves the new delivery in flight",
+            ready=0,
+            in_flight=1,
+        )  # only the new delivery
         other.ack([new])
-        self.assert_stats(other, queue, ready=0, in_flight=0)
+        self.assert_stats(
+            other, queue, "ack of the new delivery removes the message", ready=0, in_flight=0
+        )
 
     # -- lease expiry and extension --------------------------------------------------------
     def test_unsettled_delivery_is_redelivered_after_lease_with_attempt_plus_one(
@@ -525,10 +631,20 @@ class AdapterConformance:
         (first,) = self.take(adapter, queue, lease=self.lease_s)
         if self.connection_leases(adapter):
             # Held while the connection lives, past the nominal lease; back once it is gone.
-            self.assert_nothing_receivable(other, queue, 1.5 * self.lease_s)
+            self.assert_nothing_receivable(
+                other,
+                queue,
+                1.5 * self.lease_s,
+                "a delivery within its lease is not given to another consumer",
+            )
             self.lose_lease(adapter)
         else:
-            self.assert_nothing_receivable(other, queue, 0.5 * self.lease_s)
+            self.assert_nothing_receivable(
+                other,
+                queue,
+                0.5 * self.lease_s,
+                "a delivery within its lease is not given to another consumer",
+            )
         (second,) = self.take(other, queue, timeout=self.lease_s + self.patience)
         received_at = time.time()
         assert received_at >= first.lease_deadline - 0.05 * self.scale, (
@@ -551,10 +667,23 @@ class AdapterConformance:
         until = d.lease_deadline + 0.5 * self.lease_s
         while time.time() < until:
             adapter.extend([d], lease=self.lease_s)
-            self.assert_nothing_receivable(other, queue, self.lease_s / 4)
-        self.assert_stats(adapter, queue, ready=0, in_flight=1)
+            self.assert_nothing_receivable(
+                other,
+                queue,
+                self.lease_s / 4,
+                "extend keeps the delivery from other consumers past its original lease",
+            )
+        self.assert_stats(
+            adapter,
+            queue,
+            "extend keeps the delivery in flight past its original lease",
+            ready=0,
+            in_flight=1,
+        )
         adapter.ack([d])  # still owned by the original delivery
-        self.assert_stats(adapter, queue, ready=0, in_flight=0)
+        self.assert_stats(
+            adapter, queue, "ack after extend removes the message", ready=0, in_flight=0
+        )
 
     def test_batch_extend_with_one_stale_receipt_extends_the_valid_ones(
         self, adapter: Adapter, other: Adapter, queue: str
@@ -564,12 +693,20 @@ class AdapterConformance:
         old, new = self._expire_and_redeliver(adapter, other, queue)
         adapter.publish(queue, [Outgoing("y", b"y")])
         (valid,) = self.take(adapter, queue, lease=30 * self.lease_s)
-        with pytest.raises(StaleReceipt) as info:
-            adapter.extend([old, valid], lease=30 * self.lease_s)
-        assert info.value.deliveries == (old,)
+        stale = self.expect_stale(
+            lambda: adapter.extend([old, valid], lease=30 * self.lease_s),
+            "a batch extend with one expired, redelivered receipt",
+        )
+        assert stale.deliveries == (old,)
         adapter.ack([valid])
         other.ack([new])
-        self.assert_stats(adapter, queue, ready=0, in_flight=0)
+        self.assert_stats(
+            adapter,
+            queue,
+            "a batch extend with a stale receipt extends the valid ones; acks remove all",
+            ready=0,
+            in_flight=0,
+        )
 
     # -- nack ------------------------------------------------------------------------------
     def test_nack_without_delay_makes_the_message_receivable_at_once_with_attempt_plus_one(
@@ -581,8 +718,7 @@ class AdapterConformance:
         (second,) = self.take(adapter, queue, timeout=0.5 * self.lease_s)
         assert (second.message_id, second.body) == ("m", b"body")
         self.assert_attempt(adapter, second, first.attempt + 1)
-        with pytest.raises(StaleReceipt):
-            adapter.ack([first])  # the nacked delivery's receipt is spent
+        self.expect_stale(lambda: adapter.ack([first]), "ack of a nacked delivery's receipt")
         adapter.ack([second])
 
     def test_nack_then_close_returns_the_message_to_other_consumers_at_once(
@@ -607,7 +743,9 @@ class AdapterConformance:
         (first,) = self.take(adapter, queue, lease=30 * self.lease_s)
         nacked_at = time.time()
         adapter.nack(first, delay=delay)
-        self.assert_nothing_receivable(adapter, queue, 0.5 * delay)
+        self.assert_nothing_receivable(
+            adapter, queue, 0.5 * delay, "nack(delay) hides the message until the delay is over"
+        )
         (second,) = self.take(adapter, queue, timeout=delay + self.patience)
         assert time.time() >= nacked_at + delay - 0.05 * self.scale, "received before due"
         self.assert_attempt(adapter, second, first.attempt + 1)
@@ -628,7 +766,9 @@ class AdapterConformance:
         # window past the due time (CI: 'later' was received in a window that ended past it).
         watch = min(0.5 * delay, published_at + 0.9 * delay - time.time())
         if watch > 0:
-            self.assert_nothing_receivable(adapter, queue, watch)
+            self.assert_nothing_receivable(
+                adapter, queue, watch, "a delayed publish is not delivered before it is due"
+            )
         (d,) = self.take(adapter, queue, timeout=delay + self.patience)
         assert time.time() >= published_at + delay - 0.05 * self.scale, "received before due"
         assert d.message_id == "later"
@@ -642,7 +782,14 @@ class AdapterConformance:
         )
         (d,) = self.take(adapter, queue)
         assert d.message_id == "now"
-        self.assert_stats(adapter, queue, ready=0, delayed=1, in_flight=1)
+        self.assert_stats(
+            adapter,
+            queue,
+            "a batch publish counts a delayed message as delayed and the other as received",
+            ready=0,
+            delayed=1,
+            in_flight=1,
+        )
 
     # -- dead letters ----------------------------------------------------------------------
     def test_dead_letter_keeps_body_and_reason_and_leaves_in_flight(
@@ -654,7 +801,14 @@ class AdapterConformance:
         before = time.time()
         adapter.dead_letter(d, reason="failed")
         after = time.time()
-        self.assert_stats(adapter, queue, ready=0, in_flight=0, dead=1)
+        self.assert_stats(
+            adapter,
+            queue,
+            "dead_letter moves the message out of flight into the dead letters",
+            ready=0,
+            in_flight=0,
+            dead=1,
+        )
         (dead,) = adapter.dead_letters(queue)
         assert (dead.queue, dead.message_id, dead.body, dead.reason) == (
             queue,
@@ -664,9 +818,10 @@ class AdapterConformance:
         )
         assert before - 1.0 <= dead.dead_at <= after + 1.0
         self.assert_attempt(adapter, dead.attempt, 1)
-        self.assert_nothing_receivable(adapter, queue, 0.2 * self.scale)
-        with pytest.raises(StaleReceipt):
-            adapter.ack([d])
+        self.assert_nothing_receivable(
+            adapter, queue, 0.2 * self.scale, "a dead-lettered message is not delivered again"
+        )
+        self.expect_stale(lambda: adapter.ack([d]), "ack of a dead-lettered delivery's receipt")
 
     def test_dead_letter_with_a_replacement_body_keeps_the_id(
         self, adapter: Adapter, queue: str
@@ -681,13 +836,26 @@ class AdapterConformance:
         self, adapter: Adapter, queue: str
     ) -> None:
         adapter.publish_dead(queue, [Outgoing("a", b"A"), Outgoing("b", b"B")], reason="failed")
-        self.assert_stats(adapter, queue, ready=0, delayed=0, in_flight=0, dead=2)
+        self.assert_stats(
+            adapter,
+            queue,
+            "publish_dead stores the messages as dead letters only",
+            ready=0,
+            delayed=0,
+            in_flight=0,
+            dead=2,
+        )
         dead = eventually(lambda: adapter.dead_letters(queue), self.patience)
         assert [(x.message_id, x.body, x.reason) for x in dead] == [
             ("a", b"A", "failed"),
             ("b", b"B", "failed"),
         ]
-        self.assert_nothing_receivable(adapter, queue, 0.2 * self.scale)
+        self.assert_nothing_receivable(
+            adapter,
+            queue,
+            0.2 * self.scale,
+            "publish_dead stores dead letters that are never delivered",
+        )
 
     def test_dead_letters_are_listed_oldest_first_up_to_limit(
         self, adapter: Adapter, queue: str
@@ -695,7 +863,9 @@ class AdapterConformance:
         for name in ("a", "b", "c"):
             adapter.publish_dead(queue, [Outgoing(name, b"x")], reason="failed")
             time.sleep(0.002)  # distinct dead_at values
-        self.assert_stats(adapter, queue, dead=3)
+        self.assert_stats(
+            adapter, queue, "publish_dead stores each message as a dead letter", dead=3
+        )
         assert [x.message_id for x in adapter.dead_letters(queue, limit=2)] == ["a", "b"]
 
     # -- stats and purge -------------------------------------------------------------------
@@ -705,10 +875,23 @@ class AdapterConformance:
         adapter.publish(queue, [Outgoing("a", b"body-a"), Outgoing("b", b"body-b")])
         for d in self.take(adapter, queue, 2):
             adapter.dead_letter(d, reason="failed", body=d.body + b"+history")
-        self.assert_stats(adapter, queue, ready=0, in_flight=0, dead=2)
+        self.assert_stats(
+            adapter,
+            queue,
+            "dead_letter moves both messages to the dead letters",
+            ready=0,
+            in_flight=0,
+            dead=2,
+        )
         assert adapter.requeue_dead(queue, ["a", "missing"]) == 1
         assert adapter.requeue_dead(queue, ["a"]) == 0  # run twice: replayed once
-        self.assert_stats(adapter, queue, ready=1, dead=1)
+        self.assert_stats(
+            adapter,
+            queue,
+            "requeue_dead makes the requeued message ready and leaves the other dead",
+            ready=1,
+            dead=1,
+        )
         (d,) = self.take(adapter, queue)
         assert (d.message_id, d.body) == ("a", b"body-a+history")
         self.assert_attempt(adapter, d.attempt, 1)  # a new delivery: the count starts again
@@ -726,7 +909,7 @@ class AdapterConformance:
         assert sorted(x.message_id for x in adapter.dead_letters(queue)) == ["a", "c"]
         assert adapter.delete_dead(queue) == 2
         assert adapter.dead_letters(queue) == []
-        self.assert_stats(adapter, queue, ready=0, dead=0)
+        self.assert_stats(adapter, queue, "delete_dead removes the dead letters", ready=0, dead=0)
 
     def test_delete_queue_removes_every_message_and_the_queue(
         self, adapter: Adapter, queue: str
@@ -736,7 +919,14 @@ class AdapterConformance:
         if native_delay:
             adapter.publish(queue, [Outgoing("d", b"x", delay=self.long_delay(adapter))])
         adapter.publish_dead(queue, [Outgoing("x", b"x")], reason="failed")
-        self.assert_stats(adapter, queue, ready=1, delayed=1 if native_delay else 0, dead=1)
+        self.assert_stats(
+            adapter,
+            queue,
+            "the queue holds the ready, delayed and dead messages published",
+            ready=1,
+            delayed=1 if native_delay else 0,
+            dead=1,
+        )
         adapter.delete_queue(queue)
         adapter.delete_queue(queue)  # a queue that is gone: not an error
         try:
@@ -745,7 +935,15 @@ class AdapterConformance:
             # Declared again, the queue must hold nothing of before.  (Where the broker lists
             # its queues that is the check: SQS refuses a deleted name for 60 s.)
             adapter.declare(QueueSpec(queue))
-            self.assert_stats(adapter, queue, ready=0, delayed=0, in_flight=0, dead=0)
+            self.assert_stats(
+                adapter,
+                queue,
+                "delete_queue removes every message of the queue",
+                ready=0,
+                delayed=0,
+                in_flight=0,
+                dead=0,
+            )
             assert adapter.dead_letters(queue) == [], "delete_queue left dead letters"
         else:
             assert queue not in listed, "delete_queue left the queue on the broker's list"
@@ -792,11 +990,31 @@ class AdapterConformance:
         (taken,) = self.take(adapter, queue, max_messages=1, lease=30 * self.lease_s)
         if native_delay:
             adapter.publish(queue, [Outgoing("d", b"x", delay=self.long_delay(adapter))])
-        self.assert_stats(adapter, queue, ready=2, delayed=1 if native_delay else 0)
+        self.assert_stats(
+            adapter,
+            queue,
+            "the published ready and delayed messages are counted",
+            ready=2,
+            delayed=1 if native_delay else 0,
+        )
         assert adapter.purge(queue) == (3 if native_delay else 2)
-        self.assert_stats(adapter, queue, ready=0, delayed=0, in_flight=1)
+        self.assert_stats(
+            adapter,
+            queue,
+            "purge removes ready and delayed messages and leaves the in-flight one",
+            ready=0,
+            delayed=0,
+            in_flight=1,
+        )
         adapter.ack([taken])  # the in-flight delivery survived the purge
-        self.assert_stats(adapter, queue, ready=0, delayed=0, in_flight=0)
+        self.assert_stats(
+            adapter,
+            queue,
+            "ack of the in-flight delivery that survived the purge removes it",
+            ready=0,
+            delayed=0,
+            in_flight=0,
+        )
 
     # -- receive with wait -----------------------------------------------------------------
     def test_receive_without_wait_returns_at_once_when_empty(
@@ -859,7 +1077,9 @@ class AdapterConformance:
             )
         with pytest.raises(UnsupportedCapability):
             adapter.publish(queue, [Outgoing("m", b"x", delay=1.0)])
-        self.assert_stats(adapter, queue, ready=0, delayed=0)
+        self.assert_stats(
+            adapter, queue, "a refused delayed publish stores nothing", ready=0, delayed=0
+        )
         adapter.publish(queue, [Outgoing("m", b"x")])
         (d,) = self.take(adapter, queue)
         with pytest.raises(UnsupportedCapability):
@@ -878,7 +1098,9 @@ class AdapterConformance:
         too_long = caps.max_delay + 1.0
         with pytest.raises(UnsupportedCapability):
             adapter.publish(queue, [Outgoing("m", b"x", delay=too_long)])
-        self.assert_stats(adapter, queue, ready=0, delayed=0)
+        self.assert_stats(
+            adapter, queue, "a refused delayed publish stores nothing", ready=0, delayed=0
+        )
         adapter.publish(queue, [Outgoing("m", b"x")])
         (d,) = self.take(adapter, queue)
         with pytest.raises(UnsupportedCapability):
@@ -896,3 +1118,28 @@ class AdapterConformance:
         with pytest.raises(UnsupportedCapability):
             adapter.extend([d], lease=self.lease_s)
         adapter.ack([d])
+
+
+def _stats_failure(
+    why: str, queue: str, expected: dict[str, int], last: list[QueueStats], waited: float
+) -> str:
+    """ "<why> did not hold: 1 message ready (expected 0), ... after 10s", with the stats."""
+    if not last:
+        return f"{why or 'stats'}: stats({queue}) never answered within {waited:g}s"
+    got = last[0]
+    wrong = ", ".join(
+        f"{getattr(got, k)} {_STATE_WORDS[k]} (expected {v})"
+        for k, v in expected.items()
+        if getattr(got, k) != v
+    )
+    counts = " ".join(f"{k}={getattr(got, k)}" for k in ("ready", "delayed", "in_flight", "dead"))
+    head = f"broken: {why}: " if why else ""
+    return f"{head}{wrong} after {waited:g}s (queue {queue}: {counts})"
+
+
+_STATE_WORDS = {
+    "ready": "ready",
+    "delayed": "delayed",
+    "in_flight": "in flight",
+    "dead": "dead-lettered",
+}

@@ -1,0 +1,128 @@
+"""The level-2 runner: cases at once, the exclusive ones alone, a case past its time failed and
+closed, an interrupt closing the running cases.  Scenarios of this module's own on the memory
+broker (registered for one test, then removed)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ackwise import Ack
+from ackwise_conformance import runner
+from ackwise_conformance.harness import Harness, SimpleBroker
+from ackwise_conformance.runner import run_cases
+from ackwise_conformance.scenarios import SCENARIOS, Scenario
+
+
+@pytest.fixture
+def register(monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    def add(fn: Callable[[Harness], None], *, exclusive: bool = False) -> str:
+        sid = f"T{uuid.uuid4().hex[:6]}"
+        monkeypatch.setitem(
+            SCENARIOS, sid, Scenario(sid, "runner test", fn, (Ack.LATE,), {}, exclusive, 1.0)
+        )
+        return sid
+
+    return add
+
+
+@pytest.fixture
+def broker() -> Iterator[SimpleBroker]:
+    yield SimpleBroker(f"memory://{uuid.uuid4().hex}", name="memory")
+
+
+def _until_closed(h: Harness, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while not h.closed and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_cases_run_at_once(register, broker, tmp_path: Path) -> None:
+    # Each of the two waits for the other: they pass only when both run at the same time.
+    meet = threading.Barrier(2, timeout=20)
+    sids = [register(lambda h: meet.wait()) for _ in range(2)]
+    results = run_cases(broker, [(s, Ack.LATE) for s in sids], tmp_path, jobs=2)
+    assert [r.status for r in results] == ["pass", "pass"], [r.reason for r in results]
+
+
+def test_one_job_runs_the_cases_one_by_one(register, broker, tmp_path: Path) -> None:
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def case(h: Harness) -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+
+    sids = [register(case) for _ in range(3)]
+    results = run_cases(broker, [(s, Ack.LATE) for s in sids], tmp_path, jobs=1)
+    assert [r.status for r in results] == ["pass"] * 3
+    assert most[0] == 1
+
+
+def test_an_exclusive_case_runs_alone_after_the_others(register, broker, tmp_path: Path) -> None:
+    finished: list[str] = []
+    seen_at_start: list[list[str]] = []
+
+    def shared(name: str) -> Callable[[Harness], None]:
+        def run(h: Harness) -> None:
+            time.sleep(0.3)
+            finished.append(name)
+
+        return run
+
+    alone = register(lambda h: seen_at_start.append(list(finished)), exclusive=True)
+    others = [register(shared(f"s{i}")) for i in range(3)]
+    selected = [(alone, Ack.LATE), *[(s, Ack.LATE) for s in others]]
+    results = run_cases(broker, selected, tmp_path, jobs=4)
+    assert [r.status for r in results] == ["pass"] * 4
+    assert [sorted(s) for s in seen_at_start] == [["s0", "s1", "s2"]]
+
+
+def test_a_case_past_its_time_fails_and_is_closed(
+    register, broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "CASE_TIMEOUT", 1.0)
+    harnesses: list[Harness] = []
+
+    def hangs(h: Harness) -> None:
+        harnesses.append(h)
+        _until_closed(h)
+
+    quick = register(lambda h: None)
+    slow = register(hangs)
+    results = run_cases(broker, [(slow, Ack.LATE), (quick, Ack.LATE)], tmp_path, jobs=2)
+    assert results[0].status == "fail"
+    assert "did not finish within 1s" in results[0].reason
+    assert results[1].status == "pass"
+    assert harnesses and harnesses[0].closed
+
+
+def test_an_interrupt_closes_the_running_cases(register, broker, tmp_path: Path) -> None:
+    harnesses: list[Harness] = []
+    started = threading.Event()
+
+    def hangs(h: Harness) -> None:
+        harnesses.append(h)
+        started.set()
+        _until_closed(h)
+
+    def interrupt(result: object, progress: object) -> None:
+        started.wait(10)
+        raise KeyboardInterrupt
+
+    quick = register(lambda h: None)
+    slow = register(hangs)
+    with pytest.raises(KeyboardInterrupt):
+        run_cases(
+            broker, [(slow, Ack.LATE), (quick, Ack.LATE)], tmp_path, jobs=2, on_result=interrupt
+        )
+    assert harnesses and harnesses[0].closed
