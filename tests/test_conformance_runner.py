@@ -126,3 +126,18 @@ def test_an_interrupt_closes_the_running_cases(register, broker, tmp_path: Path)
             broker, [(slow, Ack.LATE), (quick, Ack.LATE)], tmp_path, jobs=2, on_result=interrupt
         )
     assert harnesses and harnesses[0].closed
+
+
+def test_embedded_cases_get_a_store_of_their_own(tmp_path: Path) -> None:
+    from ackwise_conformance.harness import own_store
+
+    abs_url = f"sqlite:///{tmp_path / 'user.db'}?busy_timeout=20"  # sqlite:////tmp/…/user.db
+    case = own_store(SimpleBroker(abs_url), tmp_path / "stores" / "C01-LATE")
+    assert case.url == f"sqlite:///{tmp_path / 'stores' / 'C01-LATE' / 'user.db'}?busy_timeout=20"
+    assert (tmp_path / "stores" / "C01-LATE").is_dir()
+    rel = own_store(SimpleBroker("sqlite:///relative.db"), tmp_path / "C02-LATE")
+    assert rel.url == f"sqlite:///{tmp_path / 'C02-LATE' / 'relative.db'}"
+    mem = own_store(SimpleBroker("memory://abc"), tmp_path / "C03-LATE")
+    assert mem.url == "memory://abc-C03-LATE"
+    redis = SimpleBroker("redis://127.0.0.1:6379/0")
+    assert own_store(redis, tmp_path / "C04-LATE") is redis

@@ -170,6 +170,45 @@ class WithOptions:
         return getattr(self._broker, name)
 
 
+class OwnStore:
+    """An embedded broker on a store of one case's own: the same adapter and URL options, the
+    SQLite file in ``directory`` (``memory://``: a name of its own).
+
+    Concurrent cases on one SQLite file would share its write lock: a worker one case freezes
+    with SIGSTOP, or thirty processes writing at once, would make another case's processes
+    wait past their busy timeout -- contention between cases, not the contract of either.
+    """
+
+    def __init__(self, broker: Broker, directory: Path) -> None:
+        self._broker = broker
+        parts = urlsplit(broker.url)
+        query = f"?{parts.query}" if parts.query else ""
+        if parts.scheme == "sqlite":
+            directory.mkdir(parents=True, exist_ok=True)
+            name = Path(parts.path).name or "broker.db"
+            self.url = f"sqlite:///{directory.resolve() / name}{query}"  # sqlite:////abs/x.db
+        else:
+            self.url = f"memory://{parts.netloc}-{directory.name}{query}"
+
+    def url_via(self, host: str, port: int) -> str:
+        return self._broker.url_via(host, port)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._broker, name)
+
+
+#: Embedded brokers whose URL form the suite knows (another embedded adapter's cases share
+#: its one store).
+OWN_STORE_SCHEMES = ("sqlite", "memory")
+
+
+def own_store(broker: Broker, directory: Path) -> Broker:
+    """:class:`OwnStore` in ``directory`` for a SQLite or memory broker; else ``broker``."""
+    if urlsplit(broker.url).scheme in OWN_STORE_SCHEMES:
+        return OwnStore(broker, directory)
+    return broker
+
+
 def with_lease_options(broker: Broker, lease: float) -> Broker:
     """``broker``, its URLs carrying what :func:`lease_url` adds (raises as it does)."""
     _, added = lease_url(broker.url, lease)

@@ -4,7 +4,8 @@ restart it; every case's broker objects deleted, also when the run is interrupte
 Cases spend most of their time waiting on leases and delays, so running several at once
 shortens a run about as many times, up to what the machine's CPUs take.  A case that restarts
 the broker (C19) runs after the others, by itself.  Each case has queues and keys of its own
-(the run's prefix and a unique part), so concurrent cases never read each other's messages.
+(the run's prefix and a unique part), so concurrent cases never read each other's messages;
+a case on an embedded broker (SQLite, memory) has a store of its own in the work directory.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ackwise import Ack
-from ackwise_conformance.harness import DEFAULT_PREFIX, Broker, Harness
+from ackwise_conformance.harness import DEFAULT_PREFIX, Broker, Harness, own_store
 from ackwise_conformance.scenarios import SCENARIOS, CaseResult, run_case
 
 __all__ = ["Progress", "default_jobs", "run_cases"]
@@ -146,7 +147,7 @@ def _run_batch(
                     running.harness[i] = h
 
             result = run_case(
-                broker,
+                own_store(broker, workdir / "stores" / case_label(selected[i])),
                 sid,
                 mode,
                 workdir,
