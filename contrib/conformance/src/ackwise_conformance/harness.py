@@ -2,7 +2,10 @@
 
 One :class:`Harness` serves one (scenario, mode) case.  It publishes journalled tasks, starts
 real ``ackwise worker`` processes (or, for the in-process memory broker, in-process workers),
-injects faults at barriers, and reads the broker's own view for the checker.
+injects faults at barriers, and reads the broker's own view for the checker.  The broker views
+live in :mod:`~ackwise_conformance.broker_views`, the process handles in
+:mod:`~ackwise_conformance.processes`, the verdict exceptions in
+:mod:`~ackwise_conformance.verdicts`; they are importable from here too.
 """
 
 from __future__ import annotations
@@ -10,16 +13,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from typing import Any
 
 from ackwise import (
     Ack,
@@ -39,383 +38,48 @@ from ackwise import (
 )
 from ackwise.errors import AdapterError, ConfigurationError
 from ackwise.testing import InProcessWorker
-from ackwise_conformance.brokers import _address_of, _replace_address
+from ackwise_conformance.broker_views import (
+    DEFAULT_PREFIX,
+    LEASE,
+    Broker,
+    OwnStore,
+    SimpleBroker,
+    WithOptions,
+    lease_url,
+    own_store,
+    with_lease_options,
+    with_options,
+)
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.journal import Journal
+from ackwise_conformance.processes import BeatHandle, Fire, WorkerHandle, process_stopped
+from ackwise_conformance.verdicts import NotApplicable, Pending, ScenarioFailed
 from ackwise_conformance.workload import build_app, task_name
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _US = dt.timedelta(microseconds=1)
 
 __all__ = [
+    "DEFAULT_PREFIX",
+    "LEASE",
     "BeatHandle",
     "Broker",
     "Fire",
     "Harness",
     "NotApplicable",
+    "OwnStore",
     "Pending",
     "ScenarioFailed",
     "SimpleBroker",
+    "WithOptions",
     "WorkerHandle",
+    "expect",
+    "lease_url",
+    "own_store",
+    "process_stopped",
+    "with_lease_options",
+    "with_options",
 ]
-
-
-class NotApplicable(Exception):
-    """The scenario cannot be expressed on this adapter (the reason names the capability)."""
-
-
-class Pending(Exception):
-    """The scenario needs a part of ackwise that is not built yet."""
-
-
-class ScenarioFailed(AssertionError):
-    """The adapter broke the contract; the message says which message, expected, happened."""
-
-
-class Broker(Protocol):
-    """What a scenario needs to know about the broker under test."""
-
-    name: str
-    url: str
-    host: str | None
-    port: int | None
-
-    def url_via(self, host: str, port: int) -> str: ...
-
-    def restart(self) -> None: ...
-
-
-@dataclass
-class SimpleBroker:
-    """A broker given by URL only: proxied when the URL names a host and port; no restart."""
-
-    url: str
-    name: str = ""
-    host: str | None = None
-    port: int | None = None
-
-    def __post_init__(self) -> None:
-        parsed = BrokerURL.parse(self.url)
-        if not self.name:
-            self.name = parsed.scheme
-        if self.host is None and parsed.scheme == "sqs":  # the address is its endpoint_url
-            self.host, self.port = _address_of(self.url)
-        elif self.host is None and parsed.host and parsed.port:
-            self.host, self.port = parsed.host, parsed.port
-
-    def url_via(self, host: str, port: int) -> str:
-        if self.host is None or self.port is None:
-            raise NotApplicable(
-                f"broker {self.name}: no network address to put a proxy in front of"
-            )
-        if BrokerURL.parse(self.url).scheme == "sqs":
-            return _replace_address(self.url, host, port)
-        parts = urlsplit(self.url)
-        userinfo, _, _ = parts.netloc.rpartition("@")
-        netloc = f"{userinfo}@{host}:{port}" if userinfo else f"{host}:{port}"
-        return urlunsplit(parts._replace(netloc=netloc))
-
-    def restart(self) -> None:
-        raise NotApplicable(f"broker {self.name}: the suite does not own a broker process")
-
-
-#: What the names of a run's queues, beat apps and idempotency keys start with by default.
-DEFAULT_PREFIX = "conformance-"
-
-#: The workers' lease in the scenarios, before the time scale (see :meth:`Harness.t`).
-LEASE = 1.0
-
-
-def lease_url(url: str, lease: float) -> tuple[str, dict[str, str]]:
-    """``url`` with the options its adapter needs for leases of ``lease`` seconds, and the
-    options that were added (see :meth:`ackwise.Adapter.lease_options`).
-
-    :raises ConfigurationError: the URL sets one of them to another value.
-    """
-    wanted = type(open_adapter(url)).lease_options(lease)
-    given = dict(parse_qsl(urlsplit(url).query))
-    wrong = {k: v for k, v in wanted.items() if k in given and given[k] != v}
-    if wrong:
-        raise ConfigurationError(
-            "the crash scenarios need "
-            + ", ".join(f"{k}={v}" for k, v in wrong.items())
-            + f" for leases of {lease:g}s, the URL sets "
-            + ", ".join(f"{k}={given[k]}" for k in wrong)
-            + ": leave them out (the suite sets them) or give those values"
-        )
-    added = {k: v for k, v in wanted.items() if k not in given}
-    return with_options(url, **added), added
-
-
-def with_options(url: str, **options: object) -> str:
-    """``url`` with more query options (appended: the URL's own stay as they are)."""
-    extra = "&".join(f"{k}={v}" for k, v in options.items())
-    if not extra:
-        return url
-    return f"{url}{'&' if '?' in url else '?'}{extra}"
-
-
-class WithOptions:
-    """A broker whose URLs (direct and through a proxy) carry more query options."""
-
-    def __init__(self, broker: Broker, **options: object) -> None:
-        self._broker = broker
-        self._options = options
-        self.url = with_options(broker.url, **options)
-
-    def url_via(self, host: str, port: int) -> str:
-        return with_options(self._broker.url_via(host, port), **self._options)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._broker, name)
-
-
-class OwnStore:
-    """An embedded broker on a store of one case's own: the same adapter and URL options, the
-    SQLite file in ``directory`` (``memory://``: a name of its own).
-
-    Concurrent cases on one SQLite file would share its write lock: a worker one case freezes
-    with SIGSTOP, or thirty processes writing at once, would make another case's processes
-    wait past their busy timeout -- contention between cases, not the contract of either.
-    """
-
-    def __init__(self, broker: Broker, directory: Path) -> None:
-        self._broker = broker
-        parts = urlsplit(broker.url)
-        query = f"?{parts.query}" if parts.query else ""
-        if parts.scheme == "sqlite":
-            directory.mkdir(parents=True, exist_ok=True)
-            name = Path(parts.path).name or "broker.db"
-            self.url = f"sqlite:///{directory.resolve() / name}{query}"  # sqlite:////abs/x.db
-        else:
-            self.url = f"memory://{parts.netloc}-{directory.name}{query}"
-
-    def url_via(self, host: str, port: int) -> str:
-        return self._broker.url_via(host, port)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._broker, name)
-
-
-#: Embedded brokers whose URL form the suite knows (another embedded adapter's cases share
-#: its one store).
-OWN_STORE_SCHEMES = ("sqlite", "memory")
-
-
-def own_store(broker: Broker, directory: Path) -> Broker:
-    """:class:`OwnStore` in ``directory`` for a SQLite or memory broker; else ``broker``."""
-    if urlsplit(broker.url).scheme in OWN_STORE_SCHEMES:
-        return OwnStore(broker, directory)
-    return broker
-
-
-def with_lease_options(broker: Broker, lease: float) -> Broker:
-    """``broker``, its URLs carrying what :func:`lease_url` adds (raises as it does)."""
-    _, added = lease_url(broker.url, lease)
-    return WithOptions(broker, **added) if added else broker
-
-
-def process_stopped(pid: int) -> bool:
-    """Whether process ``pid`` is stopped (a SIGSTOP took effect), from ``/proc``."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] in ("T", "t")
-
-
-class WorkerHandle:
-    """One ``ackwise worker`` process (or an in-process worker for the memory broker)."""
-
-    def __init__(
-        self,
-        harness: Harness,
-        index: int,
-        args: Sequence[str],
-        env: dict[str, str],
-        *,
-        in_process: InProcessWorker | None = None,
-    ) -> None:
-        self.harness = harness
-        self.index = index
-        self.log = harness.workdir / f"worker-{index}.log"
-        self.in_process = in_process
-        self.proc: subprocess.Popen[bytes] | None = None
-        if in_process is None:
-            with open(self.log, "ab") as log:
-                self.proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "ackwise",
-                        "worker",
-                        "ackwise_conformance.workload:app",
-                        *args,
-                    ],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-
-    @property
-    def pid(self) -> int:
-        if self.proc is None:
-            return os.getpid()
-        return self.proc.pid
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def wait_ready(self, timeout: float) -> WorkerHandle:
-        if self.proc is None:
-            return self
-        eventually(
-            lambda: "ready:" in self.output() or self.proc is None or self.proc.poll() is not None,
-            timeout,
-            description=f"worker {self.index} to start",
-        )
-        if self.proc.poll() is not None:
-            raise ScenarioFailed(f"worker {self.index} exited at start:\n{self.output()[-3000:]}")
-        return self
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None if self.proc is not None else True
-
-    def stopped(self) -> bool:
-        """Whether the worker process is stopped (SIGSTOP took effect)."""
-        return self.proc is not None and process_stopped(self.proc.pid)
-
-    def signal(self, sig: int) -> None:
-        if self.proc is None:
-            raise NotApplicable("signals need worker processes")
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        """SIGKILL the whole worker (its executor children die with it) and reap it."""
-        self.signal(signal.SIGKILL)
-        self.wait(10)
-
-    def terminate(self) -> None:
-        """SIGTERM: a graceful stop."""
-        if self.in_process is not None:
-            self.in_process.worker.request_stop()
-            return
-        self.signal(signal.SIGTERM)
-
-    def wait(self, timeout: float) -> int | None:
-        if self.in_process is not None:
-            return self.in_process.stop(timeout)
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise ScenarioFailed(
-                f"worker {self.index} did not exit within {timeout:.1f}s:\n{self.output()[-3000:]}"
-            ) from None
-
-    def close(self) -> None:
-        if self.in_process is not None:
-            if self.in_process.worker.stopping:
-                self.in_process.stop(30)
-            else:
-                self.in_process.stop(30)
-            return
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)
-                self.proc.kill()
-            except ProcessLookupError:
-                pass
-            self.proc.wait(10)
-
-
-@dataclass(frozen=True)
-class Fire:
-    """One message a beat process enqueued, as read back from the queue."""
-
-    schedule: str
-    fire_time: str
-    #: ``fire_time`` in microseconds since the Unix epoch.
-    fire_us: int
-    fence: int
-    key: str
-    #: When the beat published it (the envelope's ``created_at``, wall clock).
-    published_at: float
-
-
-class BeatHandle:
-    """One ``ackwise beat`` process running ``ackwise_conformance.beat_workload:app``."""
-
-    def __init__(self, harness: Harness, index: int, args: Sequence[str], env: dict[str, str]):
-        self.harness = harness
-        self.index = index
-        self.log = harness.workdir / f"beat-{index}.log"
-        with open(self.log, "ab") as log:
-            self.proc: subprocess.Popen[bytes] = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "ackwise",
-                    "beat",
-                    "ackwise_conformance.beat_workload:app",
-                    *args,
-                ],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def wait_ready(self, timeout: float) -> BeatHandle:
-        eventually(
-            lambda: "beat ready" in self.output() or self.proc.poll() is not None,
-            timeout,
-            description=f"beat {self.index} to start",
-        )
-        if self.proc.poll() is not None:
-            raise ScenarioFailed(f"beat {self.index} exited at start:\n{self.output()[-3000:]}")
-        return self
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-
-    def stopped(self) -> bool:
-        """Whether the process is stopped (SIGSTOP took effect)."""
-        return process_stopped(self.pid)
-
-    def terminate(self) -> None:
-        self.signal(signal.SIGTERM)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise ScenarioFailed(
-                f"beat {self.index} did not exit within {timeout:.1f}s:\n{self.output()[-3000:]}"
-            ) from None
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)
-                self.proc.kill()
-            except ProcessLookupError:
-                pass
-            self.proc.wait(10)
 
 
 class Harness:

@@ -1,0 +1,127 @@
+"""SPI conformance tests (level 1): receive with a wait, and the capability gates."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from ackwise import (
+    Adapter,
+    Delivery,
+    LeaseExtension,
+    Outgoing,
+)
+from ackwise.errors import UnsupportedCapability
+from ackwise_conformance._spi_base import SPIBase, _ids
+
+__all__ = ["ReceiveChecks"]
+
+
+class ReceiveChecks(SPIBase):
+    """Tests: receive with a wait, and the capability gates."""
+
+    # -- receive with wait -----------------------------------------------------------------
+    def test_receive_without_wait_returns_at_once_when_empty(
+        self, adapter: Adapter, queue: str
+    ) -> None:
+        start = time.monotonic()
+        assert not self.receive(adapter, queue, wait=0.0)
+        assert time.monotonic() - start < 1.0 * self.scale
+
+    def test_receive_with_wait_returns_empty_after_about_the_wait(
+        self, adapter: Adapter, queue: str
+    ) -> None:
+        wait = 0.5 * self.scale
+        start = time.monotonic()
+        assert not self.receive(adapter, queue, wait=wait)
+        elapsed = time.monotonic() - start
+        assert 0.5 * wait <= elapsed <= wait + 1.0 * self.scale, (
+            f"receive(wait={wait:.2f}) returned after {elapsed:.3f}s"
+        )
+
+    def test_receive_with_wait_returns_promptly_when_a_message_arrives(
+        self, adapter: Adapter, connect: Callable[[], Adapter], queue: str
+    ) -> None:
+        producer = connect()
+        delay = 0.3 * self.scale
+        published: list[float] = []
+        errors: list[BaseException] = []
+
+        def publish_later() -> None:
+            try:
+                time.sleep(delay)
+                producer.publish(queue, [Outgoing("m", b"x")])
+                published.append(time.monotonic())
+            except BaseException as exc:  # reported by the test thread
+                errors.append(exc)
+
+        thread = threading.Thread(target=publish_later, daemon=True)
+        wait = 5.0 * self.scale
+        thread.start()
+        try:
+            got: Sequence[Delivery] = []
+            end = time.monotonic() + wait
+            while not got and time.monotonic() < end:
+                got = self.receive(adapter, queue, max_messages=1, wait=end - time.monotonic())
+            received = time.monotonic()
+        finally:
+            thread.join(self.patience)
+        assert not errors, f"publishing failed: {errors}"
+        assert _ids(got) == ["m"]
+        assert published and received - published[0] <= 1.0 * self.scale, (
+            f"receive returned {received - published[0]:.3f}s after the publish"
+        )
+
+    # -- capability gates ------------------------------------------------------------------
+    def test_delay_is_refused_without_native_delay(self, adapter: Adapter, queue: str) -> None:
+        if self.capabilities_of(adapter).native_delay:
+            pytest.skip(
+                "n/a: the adapter declares native_delay=True, so there is no gate to check "
+                "(delays are tested by the delay tests)"
+            )
+        with pytest.raises(UnsupportedCapability):
+            adapter.publish(queue, [Outgoing("m", b"x", delay=1.0)])
+        self.assert_stats(
+            adapter, queue, "a refused delayed publish stores nothing", ready=0, delayed=0
+        )
+        adapter.publish(queue, [Outgoing("m", b"x")])
+        (d,) = self.take(adapter, queue)
+        with pytest.raises(UnsupportedCapability):
+            adapter.nack(d, delay=1.0)
+        adapter.ack([d])  # the refused nack left the delivery owned
+
+    def test_delay_beyond_max_delay_is_refused(self, adapter: Adapter, queue: str) -> None:
+        caps = self.capabilities_of(adapter)
+        if caps.max_delay is None or not caps.native_delay:
+            pytest.skip(
+                "n/a: the adapter declares max_delay=None (unbounded delays), so there is no "
+                "limit to check"
+                if caps.native_delay
+                else "n/a: the adapter has no native delay (see the native_delay gate test)"
+            )
+        too_long = caps.max_delay + 1.0
+        with pytest.raises(UnsupportedCapability):
+            adapter.publish(queue, [Outgoing("m", b"x", delay=too_long)])
+        self.assert_stats(
+            adapter, queue, "a refused delayed publish stores nothing", ready=0, delayed=0
+        )
+        adapter.publish(queue, [Outgoing("m", b"x")])
+        (d,) = self.take(adapter, queue)
+        with pytest.raises(UnsupportedCapability):
+            adapter.nack(d, delay=too_long)
+        adapter.ack([d])
+
+    def test_extend_is_refused_without_lease_extension(self, adapter: Adapter, queue: str) -> None:
+        if self.capabilities_of(adapter).lease_extension is not LeaseExtension.NONE:
+            pytest.skip(
+                "n/a: the adapter declares lease_extension="
+                f"{self.capabilities_of(adapter).lease_extension.value}, so extend is supported"
+            )
+        adapter.publish(queue, [Outgoing("m", b"x")])
+        (d,) = self.take(adapter, queue)
+        with pytest.raises(UnsupportedCapability):
+            adapter.extend([d], lease=self.lease_s)
+        adapter.ack([d])

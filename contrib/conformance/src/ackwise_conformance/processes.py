@@ -1,0 +1,225 @@
+"""The processes of a case: ``ackwise worker`` (or an in-process worker on the memory broker)
+and ``ackwise beat``, started, signalled, stopped and read back by the harness."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ackwise.testing import InProcessWorker
+from ackwise_conformance.helpers import eventually
+from ackwise_conformance.verdicts import NotApplicable, ScenarioFailed
+
+if TYPE_CHECKING:
+    from ackwise_conformance.harness import Harness
+
+__all__ = ["BeatHandle", "Fire", "WorkerHandle", "process_stopped"]
+
+
+def process_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (a SIGSTOP took effect), from ``/proc``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] in ("T", "t")
+
+
+class WorkerHandle:
+    """One ``ackwise worker`` process (or an in-process worker for the memory broker)."""
+
+    def __init__(
+        self,
+        harness: Harness,
+        index: int,
+        args: Sequence[str],
+        env: dict[str, str],
+        *,
+        in_process: InProcessWorker | None = None,
+    ) -> None:
+        self.harness = harness
+        self.index = index
+        self.log = harness.workdir / f"worker-{index}.log"
+        self.in_process = in_process
+        self.proc: subprocess.Popen[bytes] | None = None
+        if in_process is None:
+            with open(self.log, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "ackwise",
+                        "worker",
+                        "ackwise_conformance.workload:app",
+                        *args,
+                    ],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            return os.getpid()
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def wait_ready(self, timeout: float) -> WorkerHandle:
+        if self.proc is None:
+            return self
+        eventually(
+            lambda: "ready:" in self.output() or self.proc is None or self.proc.poll() is not None,
+            timeout,
+            description=f"worker {self.index} to start",
+        )
+        if self.proc.poll() is not None:
+            raise ScenarioFailed(f"worker {self.index} exited at start:\n{self.output()[-3000:]}")
+        return self
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None if self.proc is not None else True
+
+    def stopped(self) -> bool:
+        """Whether the worker process is stopped (SIGSTOP took effect)."""
+        return self.proc is not None and process_stopped(self.proc.pid)
+
+    def signal(self, sig: int) -> None:
+        if self.proc is None:
+            raise NotApplicable("signals need worker processes")
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (its executor children die with it) and reap it."""
+        self.signal(signal.SIGKILL)
+        self.wait(10)
+
+    def terminate(self) -> None:
+        """SIGTERM: a graceful stop."""
+        if self.in_process is not None:
+            self.in_process.worker.request_stop()
+            return
+        self.signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int | None:
+        if self.in_process is not None:
+            return self.in_process.stop(timeout)
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise ScenarioFailed(
+                f"worker {self.index} did not exit within {timeout:.1f}s:\n{self.output()[-3000:]}"
+            ) from None
+
+    def close(self) -> None:
+        if self.in_process is not None:
+            if self.in_process.worker.stopping:
+                self.in_process.stop(30)
+            else:
+                self.in_process.stop(30)
+            return
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+
+
+@dataclass(frozen=True)
+class Fire:
+    """One message a beat process enqueued, as read back from the queue."""
+
+    schedule: str
+    fire_time: str
+    #: ``fire_time`` in microseconds since the Unix epoch.
+    fire_us: int
+    fence: int
+    key: str
+    #: When the beat published it (the envelope's ``created_at``, wall clock).
+    published_at: float
+
+
+class BeatHandle:
+    """One ``ackwise beat`` process running ``ackwise_conformance.beat_workload:app``."""
+
+    def __init__(self, harness: Harness, index: int, args: Sequence[str], env: dict[str, str]):
+        self.harness = harness
+        self.index = index
+        self.log = harness.workdir / f"beat-{index}.log"
+        with open(self.log, "ab") as log:
+            self.proc: subprocess.Popen[bytes] = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ackwise",
+                    "beat",
+                    "ackwise_conformance.beat_workload:app",
+                    *args,
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def wait_ready(self, timeout: float) -> BeatHandle:
+        eventually(
+            lambda: "beat ready" in self.output() or self.proc.poll() is not None,
+            timeout,
+            description=f"beat {self.index} to start",
+        )
+        if self.proc.poll() is not None:
+            raise ScenarioFailed(f"beat {self.index} exited at start:\n{self.output()[-3000:]}")
+        return self
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def stopped(self) -> bool:
+        """Whether the process is stopped (SIGSTOP took effect)."""
+        return process_stopped(self.pid)
+
+    def terminate(self) -> None:
+        self.signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise ScenarioFailed(
+                f"beat {self.index} did not exit within {timeout:.1f}s:\n{self.output()[-3000:]}"
+            ) from None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
