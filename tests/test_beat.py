@@ -388,11 +388,17 @@ def test_leader_steps_down_without_a_store_call_once_its_deadline_passed():
     assert lead.claim("s", 1) is Claim.NOT_HOLDER
 
 
-def test_transient_renewal_failure_keeps_the_lock_until_the_deadline():
+def _leader() -> tuple[FakeClock, LeaderLock, Leadership]:
+    """A memory lock store, and a Leadership (ttl 3 s) that has just taken it."""
     clock = FakeClock(utc(2025, 1, 1))
     lock = _memory_lock(clock, uuid.uuid4().hex)
     lead = Leadership(lock, "n", ttl=3, clock=clock.mono)
     assert lead.try_acquire()
+    return clock, lock, lead
+
+
+def test_transient_renewal_failure_keeps_the_lock_until_the_deadline():
+    clock, lock, lead = _leader()
     fence = lead.fence
     clock.advance(1.0)
     renew = lock.renew
@@ -413,10 +419,7 @@ def test_transient_renewal_failure_keeps_the_lock_until_the_deadline():
 
 
 def test_renewal_failing_until_the_deadline_steps_down():
-    clock = FakeClock(utc(2025, 1, 1))
-    lock = _memory_lock(clock, uuid.uuid4().hex)
-    lead = Leadership(lock, "n", ttl=3, clock=clock.mono)
-    assert lead.try_acquire()
+    clock, lock, lead = _leader()
     clock.advance(1.0)
 
     def broken(*args):
@@ -432,10 +435,7 @@ def test_renewal_failing_until_the_deadline_steps_down():
 
 
 def test_permanent_renewal_failure_steps_down_immediately():
-    clock = FakeClock(utc(2025, 1, 1))
-    lock = _memory_lock(clock, uuid.uuid4().hex)
-    lead = Leadership(lock, "n", ttl=3, clock=clock.mono)
-    assert lead.try_acquire()
+    clock, lock, lead = _leader()
     clock.advance(1.0)
 
     def refused(*args):

@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,21 +49,7 @@ class WorkerHandle:
         self.in_process = in_process
         self.proc: subprocess.Popen[bytes] | None = None
         if in_process is None:
-            with open(self.log, "ab") as log:
-                self.proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "ackwise",
-                        "worker",
-                        "ackwise_conformance.workload:app",
-                        *args,
-                    ],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
+            self.proc = _spawn("worker", "ackwise_conformance.workload:app", args, env, self.log)
 
     @property
     def pid(self) -> int:
@@ -77,13 +63,7 @@ class WorkerHandle:
     def wait_ready(self, timeout: float) -> WorkerHandle:
         if self.proc is None:
             return self
-        eventually(
-            lambda: "ready:" in self.output() or self.proc is None or self.proc.poll() is not None,
-            timeout,
-            description=f"worker {self.index} to start",
-        )
-        if self.proc.poll() is not None:
-            raise ScenarioFailed(f"worker {self.index} exited at start:\n{self.output()[-3000:]}")
+        _wait_started(self.proc, "ready:", timeout, f"worker {self.index}", self.output)
         return self
 
     def alive(self) -> bool:
@@ -115,28 +95,14 @@ class WorkerHandle:
         if self.in_process is not None:
             return self.in_process.stop(timeout)
         assert self.proc is not None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise ScenarioFailed(
-                f"worker {self.index} did not exit within {timeout:.1f}s:\n{self.output()[-3000:]}"
-            ) from None
+        return _exit_status(self.proc, timeout, f"worker {self.index}", self.output)
 
     def close(self) -> None:
         if self.in_process is not None:
-            if self.in_process.worker.stopping:
-                self.in_process.stop(30)
-            else:
-                self.in_process.stop(30)
+            self.in_process.stop(30)
             return
         assert self.proc is not None
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)
-                self.proc.kill()
-            except ProcessLookupError:
-                pass
-            self.proc.wait(10)
+        _kill_and_reap(self.proc)
 
 
 @dataclass(frozen=True)
@@ -160,21 +126,7 @@ class BeatHandle:
         self.harness = harness
         self.index = index
         self.log = harness.workdir / f"beat-{index}.log"
-        with open(self.log, "ab") as log:
-            self.proc: subprocess.Popen[bytes] = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "ackwise",
-                    "beat",
-                    "ackwise_conformance.beat_workload:app",
-                    *args,
-                ],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
+        self.proc = _spawn("beat", "ackwise_conformance.beat_workload:app", args, env, self.log)
 
     @property
     def pid(self) -> int:
@@ -184,13 +136,7 @@ class BeatHandle:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def wait_ready(self, timeout: float) -> BeatHandle:
-        eventually(
-            lambda: "beat ready" in self.output() or self.proc.poll() is not None,
-            timeout,
-            description=f"beat {self.index} to start",
-        )
-        if self.proc.poll() is not None:
-            raise ScenarioFailed(f"beat {self.index} exited at start:\n{self.output()[-3000:]}")
+        _wait_started(self.proc, "beat ready", timeout, f"beat {self.index}", self.output)
         return self
 
     def alive(self) -> bool:
@@ -208,18 +154,59 @@ class BeatHandle:
         self.signal(signal.SIGTERM)
 
     def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise ScenarioFailed(
-                f"beat {self.index} did not exit within {timeout:.1f}s:\n{self.output()[-3000:]}"
-            ) from None
+        return _exit_status(self.proc, timeout, f"beat {self.index}", self.output)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)
-                self.proc.kill()
-            except ProcessLookupError:
-                pass
-            self.proc.wait(10)
+        _kill_and_reap(self.proc)
+
+
+def _spawn(
+    command: str, app: str, args: Sequence[str], env: dict[str, str], log_path: Path
+) -> subprocess.Popen[bytes]:
+    """``ackwise <command> <app> <args>`` with its output appended to ``log_path``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ackwise", command, app, *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def _wait_started(
+    proc: subprocess.Popen[bytes],
+    marker: str,
+    timeout: float,
+    name: str,
+    output: Callable[[], str],
+) -> None:
+    eventually(
+        lambda: marker in output() or proc.poll() is not None,
+        timeout,
+        description=f"{name} to start",
+    )
+    if proc.poll() is not None:
+        raise ScenarioFailed(f"{name} exited at start:\n{output()[-3000:]}")
+
+
+def _exit_status(
+    proc: subprocess.Popen[bytes], timeout: float, name: str, output: Callable[[], str]
+) -> int:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise ScenarioFailed(
+            f"{name} did not exit within {timeout:.1f}s:\n{output()[-3000:]}"
+        ) from None
+
+
+def _kill_and_reap(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL (after a SIGCONT, should it be stopped) and reap ``proc`` if it still runs."""
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
