@@ -56,6 +56,9 @@ from ackwise_conformance.processes import BeatHandle, Fire, WorkerHandle, proces
 from ackwise_conformance.verdicts import NotApplicable, Pending, ScenarioFailed
 from ackwise_conformance.workload import build_app, task_name
 
+#: What a scenario's waits raise once its case was closed from another thread.
+CLOSED = "the case was closed (the run was interrupted or timed out)"
+
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _US = dt.timedelta(microseconds=1)
 
@@ -141,6 +144,7 @@ class Harness:
         self._probe: Adapter | None = None
         self._probe_thread: threading.Thread | None = None
         self._closed = False
+        self._closed_event = threading.Event()
         self._close_lock = threading.Lock()
 
     # -- time ------------------------------------------------------------------------------
@@ -225,8 +229,7 @@ class Harness:
         extra_args: Sequence[str] = (),
     ) -> WorkerHandle:
         """Start a worker on the case's queue."""
-        if self._closed:
-            raise ScenarioFailed("the case was closed (the run was interrupted or timed out)")
+        self._check_open()
         lease = self.lease if lease is None else lease
         index = len(self.workers)
         if not self.multi_process:
@@ -283,8 +286,7 @@ class Harness:
         """
         self.require_processes("beat processes")
         self.require_lock_backend()
-        if self._closed:
-            raise ScenarioFailed("the case was closed (the run was interrupted or timed out)")
+        self._check_open()
         queue = queue or self.queue
         if queue != self.queue and queue not in self._extra_queues:
             self.adapter.declare(QueueSpec(queue))
@@ -391,6 +393,7 @@ class Harness:
         """Wait until the journal holds ``count`` records of ``event`` matching ``match``."""
 
         def enough() -> list[dict[str, Any]]:
+            self._check_open()
             recs = self.journal.records(ev=event, **match)
             return recs if len(recs) >= count else []
 
@@ -441,6 +444,7 @@ class Harness:
 
     # -- the broker's view -----------------------------------------------------------------
     def stats(self) -> QueueStats:
+        self._check_open()
         return self.adapter.stats(self.queue)
 
     def dead_letters(self) -> list[DeadLetter]:
@@ -525,7 +529,8 @@ class Harness:
 
     def quiet(self, seconds: float) -> None:
         """Let ``seconds`` pass so that anything that should not happen has had its chance."""
-        time.sleep(seconds)
+        self._closed_event.wait(seconds)
+        self._check_open()
 
     # -- checking --------------------------------------------------------------------------
     def history(self) -> Any:
@@ -539,6 +544,12 @@ class Harness:
         """Whether :meth:`close` ran (the case finished, timed out or was interrupted)."""
         return self._closed
 
+    def _check_open(self) -> None:
+        """Raise in the scenario's thread once the case was closed from another one: its
+        waits end at their next poll instead of at their timeout."""
+        if self._closed:
+            raise ScenarioFailed(CLOSED)
+
     def close(self) -> None:
         """Stop every process of the case and delete what it made on the broker (once; from
         any thread: an interrupted run closes the cases still running)."""
@@ -546,6 +557,7 @@ class Harness:
             if self._closed:
                 return
             self._closed = True
+            self._closed_event.set()
             self._close()
 
     def _close(self) -> None:

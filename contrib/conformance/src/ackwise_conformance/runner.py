@@ -29,6 +29,9 @@ Case = tuple[str, Ack | None]
 #: A case that has not finished after this long (before the time scale) is failed and closed.
 CASE_TIMEOUT = 300.0
 
+#: How long an interrupted run waits (before the time scale) for its cases' threads to end.
+INTERRUPT_WAIT = 60.0
+
 
 def default_jobs() -> int:
     """How many cases run at once by default: four per CPU, at most 8.
@@ -145,6 +148,8 @@ def _run_batch(
             def opened(h: Harness, i: int = i) -> None:
                 with running.lock:
                     running.harness[i] = h
+                if stop.is_set():  # opened while the run was being interrupted
+                    h.close()
 
             result = run_case(
                 own_store(broker, workdir / "stores" / case_label(selected[i])),
@@ -186,6 +191,11 @@ def _run_batch(
             open_now = list(running.harness.values())
         for h in open_now:
             h.close()
+        # A case may be between declaring its queue and telling us of its harness: wait for
+        # every thread (each closes what it opened; a closed case's waits end at once).
+        deadline = time.monotonic() + INTERRUPT_WAIT * time_scale
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
         raise
 
 
