@@ -7,8 +7,10 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -77,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         ackwise_log.setLevel(logging.WARNING)
     if args.prefix is None:
         args.prefix = f"conformance-{uuid.uuid4().hex[:6]}-"
+    stopped_by = _interrupt_on_sigterm()
     if args.jobs is not None and args.jobs < 1:
         raise SystemExit(f"ackwise conformance: --jobs {args.jobs}: expected 1 or more")
     args.time_scale = _time_scale(args.url, args.time_scale)
@@ -104,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             f"(prefix {args.prefix!r})",
             flush=True,
         )
-        return 130
+        return 128 + stopped_by.get("signal", signal.SIGINT)
     finally:
         if args.keep:
             print(f"work directory kept: {workdir}")
@@ -155,6 +158,23 @@ def _time_scale(url: str, asked: float | None) -> float:
             f"more; use --time-scale {needed:g} or more"
         )
     return asked
+
+
+def _interrupt_on_sigterm() -> dict[str, int]:
+    """Make SIGTERM interrupt the run as Ctrl-C does (its cases closed, its queues deleted).
+
+    Returns where the signal that stopped the run is recorded (SIGINT when none is).
+    """
+    stopped_by: dict[str, int] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return stopped_by
+
+    def handler(signum: int, frame: object) -> None:
+        stopped_by["signal"] = signum
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+    return stopped_by
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, int]:
