@@ -141,3 +141,26 @@ def test_embedded_cases_get_a_store_of_their_own(tmp_path: Path) -> None:
     assert mem.url == "memory://abc-C03-LATE"
     redis = SimpleBroker("redis://127.0.0.1:6379/0")
     assert own_store(redis, tmp_path / "C04-LATE") is redis
+
+
+def test_early_messages_acked_but_never_started_count_as_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a broker that cannot count what the workers hold, an early-acked message that never
+    started is gone for good: the drain ends once the journal is quiet, the checker sees it
+    lost (it timed out as "did not drain" before)."""
+    import dataclasses
+
+    from ackwise_conformance import harness as harness_module
+
+    monkeypatch.setattr(harness_module, "EARLY_QUIET", 0.5)
+    h = Harness(SimpleBroker(f"memory://{uuid.uuid4().hex}"), Ack.EARLY, tmp_path / "case")
+    try:
+        h.capabilities = dataclasses.replace(h.capabilities, global_in_flight=False)
+        h.publish(["a"])
+        (d,) = h.adapter.receive(h.queue, max_messages=1, wait=1.0, lease=30.0)
+        h.adapter.ack_before_start([d])  # recorded at the broker; the task never starts
+        h.drain(timeout=10.0)
+        assert h.history().summary() == {"lost": 1}
+    finally:
+        h.close()
