@@ -62,6 +62,16 @@ def _wait_leader(h: Harness, beat: Any, group: str = "") -> None:
     )
 
 
+def _pause_the_leader(h: Harness, timing: _BeatTiming) -> tuple[Any, Any]:
+    """Beat A leads, beat B follows, 15 ticks fire; then A is paused.  Returns (A, B)."""
+    a = h.beat(every=timing.every, ttl=timing.ttl, tick=timing.tick)
+    _wait_leader(h, a)
+    b = h.beat(every=timing.every, ttl=timing.ttl, tick=timing.tick)
+    _wait_fires(h, 15)
+    _pause(h, a)
+    return a, b
+
+
 def _pause(h: Harness, beat: Any) -> None:
     """SIGSTOP ``beat`` at a moment it holds no write transaction of the lock store.
 
@@ -162,11 +172,7 @@ def b01(h: Harness) -> None:
 def b02(h: Harness) -> None:
     h.require_processes("beat processes")
     timing = _beat_timing(h)
-    a = h.beat(every=timing.every, ttl=timing.ttl, tick=timing.tick)
-    _wait_leader(h, a)
-    b = h.beat(every=timing.every, ttl=timing.ttl, tick=timing.tick)
-    _wait_fires(h, 15)
-    _pause(h, a)
+    a, b = _pause_the_leader(h, timing)
     paused = time.monotonic()
     try:
         _wait_leader(h, b)
@@ -237,11 +243,7 @@ def b03(h: Harness) -> None:
 def b04(h: Harness) -> None:
     h.require_processes("beat processes")
     timing = _beat_timing(h)
-    a = h.beat(every=timing.every, ttl=timing.ttl, tick=timing.tick)
-    _wait_leader(h, a)
-    b = h.beat(every=timing.every, ttl=timing.ttl, tick=timing.tick)
-    _wait_fires(h, 15)
-    _pause(h, a)
+    a, b = _pause_the_leader(h, timing)
     try:
         _wait_leader(h, b)
         new_owner = h.leader()
