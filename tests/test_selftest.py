@@ -54,7 +54,7 @@ class TestCrash(CrashConformance):
 
     @pytest.fixture
     def broker(self, tmp_path):
-        return SimpleBroker(f"{{SCHEME}}:///{{tmp_path / 'broker.db'}}", name=SCHEME)
+        return SimpleBroker(f"{{SCHEME}}:///{{tmp_path / 'broker.db'}}", name=SCHEME, store_per_case=True)
 
 
 class TestSPI(AdapterConformance):

@@ -52,6 +52,9 @@ class SimpleBroker:
     name: str = ""
     host: str | None = None
     port: int | None = None
+    #: Concurrent cases each get a store of their own (:class:`OwnStore`): ``None`` decides by
+    #: the scheme (sqlite, memory); True for another adapter with SQLite's URL form.
+    store_per_case: bool | None = None
 
     def __post_init__(self) -> None:
         parsed = BrokerURL.parse(self.url)
@@ -142,10 +145,10 @@ class OwnStore:
         self._broker = broker
         parts = urlsplit(broker.url)
         query = f"?{parts.query}" if parts.query else ""
-        if parts.scheme == "sqlite":
+        if parts.scheme != "memory":  # SQLite's form: scheme:////absolute/path.db
             directory.mkdir(parents=True, exist_ok=True)
             name = Path(parts.path).name or "broker.db"
-            self.url = f"sqlite:///{directory.resolve() / name}{query}"  # sqlite:////abs/x.db
+            self.url = f"{parts.scheme}:///{directory.resolve() / name}{query}"
         else:
             self.url = f"memory://{parts.netloc}-{directory.name}{query}"
 
@@ -162,10 +165,12 @@ OWN_STORE_SCHEMES = ("sqlite", "memory")
 
 
 def own_store(broker: Broker, directory: Path) -> Broker:
-    """:class:`OwnStore` in ``directory`` for a SQLite or memory broker; else ``broker``."""
-    if urlsplit(broker.url).scheme in OWN_STORE_SCHEMES:
-        return OwnStore(broker, directory)
-    return broker
+    """:class:`OwnStore` in ``directory`` for a SQLite or memory broker (or one whose
+    ``store_per_case`` says so); else ``broker``."""
+    wanted = getattr(broker, "store_per_case", None)
+    if wanted is None:
+        wanted = urlsplit(broker.url).scheme in OWN_STORE_SCHEMES
+    return OwnStore(broker, directory) if wanted else broker
 
 
 def with_lease_options(broker: Broker, lease: float) -> Broker:
