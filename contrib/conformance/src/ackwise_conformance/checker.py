@@ -79,7 +79,7 @@ class History:
     def by_key(self, key: str) -> MessageFate:
         matches = [f for f in self.fates.values() if f.key == key]
         if len(matches) != 1:
-            self._fail(f"expected one message with key {key!r}, found {len(matches)}")
+            self.fail(f"expected one message with key {key!r}, found {len(matches)}")
         return matches[0]
 
     def count(self, status: str) -> int:
@@ -92,7 +92,8 @@ class History:
         return dict(out)
 
     # -- expectations ----------------------------------------------------------------------
-    def _fail(self, message: str, *fates: MessageFate) -> None:
+    def fail(self, message: str, *fates: MessageFate) -> None:
+        """Raise :class:`ScenarioFailed` with ``message`` and the journal lines of ``fates``."""
         from ackwise_conformance.harness import ScenarioFailed
 
         details = ""
@@ -115,20 +116,20 @@ class History:
     def expect_no_unexpected(self) -> None:
         bad = [f for f in self.fates.values() if f.status == "unexpected"]
         if bad:
-            self._fail("messages completed that were never published", *bad)
+            self.fail("messages completed that were never published", *bad)
 
     def expect_ok_once(self, keys: list[str] | None = None) -> None:
         """Each message (or those with ``keys``) ran to completion exactly once."""
         fates = self._select(keys)
         bad = [f for f in fates if f.status != "ok"]
         if bad:
-            self._fail("expected every message to complete exactly once", *bad)
+            self.fail("expected every message to complete exactly once", *bad)
 
     def expect_first_deliveries(self) -> None:
         """Nothing failed, so nothing came back: every execution ran a first delivery."""
         bad = [f for f in self.fates.values() if any(s.get("attempt") != 1 for s in f.starts)]
         if bad:
-            self._fail(f"{len(bad)} message(s) were delivered again although nothing failed", *bad)
+            self.fail(f"{len(bad)} message(s) were delivered again although nothing failed", *bad)
 
     def expect_completed(
         self, keys: list[str] | None = None, *, max_dup: int | None = None
@@ -137,31 +138,29 @@ class History:
         fates = self._select(keys)
         lost = [f for f in fates if not f.ends]
         if lost:
-            self._fail("expected every message to complete at least once; some were lost", *lost)
+            self.fail("expected every message to complete at least once; some were lost", *lost)
         if max_dup is not None:
             extra = sum(len(f.ends) - 1 for f in fates)
             if extra > max_dup:
                 dups = [f for f in fates if len(f.ends) > 1]
-                self._fail(
-                    f"expected at most {max_dup} duplicate completion(s), got {extra}", *dups
-                )
+                self.fail(f"expected at most {max_dup} duplicate completion(s), got {extra}", *dups)
 
     def expect_no_duplicates(self, keys: list[str] | None = None) -> None:
         bad = [f for f in self._select(keys) if len(f.starts) > 1 or len(f.ends) > 1]
         if bad:
-            self._fail("expected no message to run more than once", *bad)
+            self.fail("expected no message to run more than once", *bad)
 
     def expect_lost(self, key: str) -> None:
         fate = self.by_key(key)
         if fate.ends or fate.dead:
-            self._fail(f"expected message {key} to be lost (at most once)", fate)
+            self.fail(f"expected message {key} to be lost (at most once)", fate)
 
     def expect_dead(self, key: str, reason: str, *, executions: int | None = None) -> None:
         fate = self.by_key(key)
         if not fate.dead or fate.dead[0].reason != reason:
-            self._fail(f"expected message {key} dead-lettered with reason {reason!r}", fate)
+            self.fail(f"expected message {key} dead-lettered with reason {reason!r}", fate)
         if executions is not None and fate.executions != executions:
-            self._fail(
+            self.fail(
                 f"expected message {key} to run {executions} time(s) before its dead letter, "
                 f"ran {fate.executions}",
                 fate,
@@ -176,9 +175,9 @@ class History:
         st = self.harness.stats()
         in_flight = st.in_flight if self.harness.counts_in_flight else 0
         if st.ready or in_flight or st.delayed:
-            self._fail(f"the broker still holds messages: {st}")
+            self.fail(f"the broker still holds messages: {st}")
         if dead is not None and st.dead != dead:
-            self._fail(f"the broker counts {st.dead} dead letter(s), expected {dead}")
+            self.fail(f"the broker counts {st.dead} dead letter(s), expected {dead}")
 
     def _select(self, keys: list[str] | None) -> list[MessageFate]:
         if keys is None:

@@ -541,7 +541,7 @@ class Harness:
                 f"{stats.ready}, delayed {stats.delayed}, in flight {stats.in_flight}) in queue "
                 f"{self.queue}; summary {history.summary()}"
             )
-        history._fail(
+        history.fail(
             f"queue {self.queue} did not drain within {waited:.0f}s: {len(unfinished)} "
             f"message(s) unfinished, the broker shows {stats}",
             *unfinished,
