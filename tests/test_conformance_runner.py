@@ -164,3 +164,25 @@ def test_early_messages_acked_but_never_started_count_as_lost(
         assert h.history().summary() == {"lost": 1}
     finally:
         h.close()
+
+
+def test_the_drain_waits_for_the_journal_where_the_broker_totals_lag(tmp_path: Path) -> None:
+    """A broker that counts every delivery can still report a publish late (RabbitMQ's
+    management totals): its empty stats alone must not end the drain while the journal has
+    not seen the messages end (C02-LATE ended early so and reported them lost)."""
+    from ackwise import QueueStats
+    from ackwise_conformance.harness import ScenarioFailed
+
+    h = Harness(SimpleBroker(f"memory://{uuid.uuid4().hex}"), Ack.LATE, tmp_path / "case")
+    try:
+        assert h.counts_in_flight
+        h.adapter.stats = lambda queue: QueueStats(queue, 0, 0, 0, 0, 0.0)  # type: ignore[method-assign]
+        h.publish(["a", "b", "c"])
+        assert not h.settled()
+        with pytest.raises(ScenarioFailed, match="did not drain"):
+            h.drain(timeout=1.0)
+        h.worker()
+        h.drain(timeout=30.0)
+        assert h.history().summary() == {"ok": 3}
+    finally:
+        h.close()
