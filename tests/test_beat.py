@@ -7,6 +7,7 @@ without an owner check, a crash loop on lost ownership, a loop interval as long 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import signal
 import subprocess
@@ -432,6 +433,35 @@ def test_renewal_failing_until_the_deadline_steps_down():
     clock.advance(0.2)  # the deadline (3 s after the acquire started) passed
     assert lead.maintain() is False
     assert lead.token is None and not lead.is_leader
+
+
+def test_a_failing_renewal_warns_once_per_episode(caplog):
+    clock, lock, lead = _leader()
+    renew = lock.renew
+    failing = [True]
+
+    def flaky(*args):
+        if failing[0]:
+            raise TransientAdapterError("connection reset")
+        return renew(*args)
+
+    lock.renew = flaky  # type: ignore[method-assign]
+    caplog.set_level(logging.DEBUG, logger="ackwise")
+    clock.advance(1.0)
+    for _ in range(4):  # four retries, a quarter of the renewal interval apart
+        assert lead.maintain() is True
+        clock.advance(0.25)
+    failing[0] = False
+    assert lead.maintain() is True  # renewed: the episode is over
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in warnings] == [
+        "lock n: renewal failed (connection reset); retrying until the deadline"
+    ]
+    assert any("renewed again after 4 failed attempt(s)" in r.getMessage() for r in caplog.records)
+    failing[0] = True  # a new episode warns again
+    clock.advance(1.0)
+    assert lead.maintain() is True
+    assert sum(r.levelno >= logging.WARNING for r in caplog.records) == 2
 
 
 def test_permanent_renewal_failure_steps_down_immediately():

@@ -186,6 +186,7 @@ class Leadership:
         self.fence: int | None = None
         self.deadline = 0.0
         self.next_renew = 0.0
+        self._failed_renewals = 0  # in a row, this episode: only the first one warns
 
     def __repr__(self) -> str:
         state = f"leader fence={self.fence}" if self.token else "follower"
@@ -249,7 +250,11 @@ class Leadership:
             # The lock stays ours until the deadline of the last renewal that came in (judged
             # from when it started): a store busy or unreachable for a moment is retried on the
             # next pass, and only the deadline passing makes this process step down.
-            log.warning("lock %s: renewal failed (%s); retrying until the deadline", self.name, exc)
+            self._failed_renewals += 1
+            level = logging.WARNING if self._failed_renewals == 1 else logging.DEBUG
+            log.log(
+                level, "lock %s: renewal failed (%s); retrying until the deadline", self.name, exc
+            )
             self.next_renew = now + self.renew_every / 4
             return self.is_leader
         if not renewed:
@@ -260,6 +265,13 @@ class Leadership:
             return False
         self.deadline = start + self.ttl
         self.next_renew = start + self.renew_every
+        if self._failed_renewals:
+            log.info(
+                "lock %s: renewed again after %d failed attempt(s)",
+                self.name,
+                self._failed_renewals,
+            )
+            self._failed_renewals = 0
         return True
 
     def claim(self, schedule: str, fire_time: int) -> Claim:
@@ -283,6 +295,7 @@ class Leadership:
         if self.token is not None:
             log.warning("lock %s: stepping down (fence %s): %s", self.name, self.fence, reason)
         self.token = None
+        self._failed_renewals = 0
         self.deadline = 0.0
 
     def release(self) -> bool | None:
