@@ -58,3 +58,18 @@ def test_conformance_command_exits_non_zero_on_failure_and_rejects_unknown_scena
     )
     assert proc.returncode != 0
     assert "unknown scenario" in proc.stderr + proc.stdout
+
+
+def test_a_broker_that_cannot_be_opened_is_one_line_before_anything_runs(tmp_path):
+    missing = tmp_path / "no-such-dir" / "c.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ackwise", "conformance", f"sqlite:///{missing}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ackwise conformance: cannot open"), lines
+    assert "does not exist" in lines[0]
+    assert "level 1" not in proc.stdout and "Traceback" not in proc.stderr

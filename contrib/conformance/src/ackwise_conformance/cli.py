@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ackwise import Ack, redact_url
-from ackwise.errors import ConfigurationError
+from ackwise.errors import AdapterError, ConfigurationError
 
 if TYPE_CHECKING:
     from ackwise_conformance.runner import Progress
@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise SystemExit(f"ackwise conformance: --jobs {args.jobs}: expected 1 or more")
     args.time_scale = _time_scale(args.url, args.time_scale)
+    _check_opens(args.url)
     out: dict[str, Any] = {
         "url": redact_url(args.url),
         "prefix": args.prefix,
@@ -123,6 +124,22 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(out, indent=2))
         print(f"results written to {args.json}")
     return 1 if failed else 0
+
+
+def _check_opens(url: str) -> None:
+    """Open the broker once, so that a wrong URL is one line, not a failure of every test."""
+    from ackwise import open_adapter
+
+    try:
+        adapter = open_adapter(url)
+        adapter.open()
+    except (AdapterError, ConfigurationError) as exc:
+        print(f"ackwise conformance: cannot open {redact_url(url)}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        adapter.close()
+    except AdapterError:
+        pass
 
 
 def _time_scale(url: str, asked: float | None) -> float:
