@@ -60,6 +60,9 @@ from ackwise_conformance.workload import build_app, task_name
 #: (before the time scale) before the messages that never started count as lost.
 EARLY_QUIET = 10.0
 
+#: Seconds between the drain's counts of finished messages (a read of the whole journal).
+DRAIN_PROGRESS_EVERY = 1.0
+
 #: What a scenario's waits raise once its case was closed from another thread.
 CLOSED = "the case was closed (the run was interrupted or timed out)"
 
@@ -150,6 +153,10 @@ class Harness:
         self._closed = False
         self._closed_event = threading.Event()
         self._close_lock = threading.Lock()
+        # Held while the scenario makes something on the broker or starts a process, and by
+        # the close (from another thread) once the case is marked closed: what the close
+        # deletes cannot be made again behind it.
+        self._gate = threading.Lock()
 
     # -- time ------------------------------------------------------------------------------
     def t(self, seconds: float) -> float:
@@ -195,7 +202,9 @@ class Harness:
             calls.append(type(sig)(sig.task, sig.args, sig.kwargs, options))
         self.journal.write("publish-invoke", keys=list(keys))
         try:
-            ids = self.app.send_many(calls)
+            with self._gate:
+                self._check_open()
+                ids = self.app.send_many(calls)
         except AdapterError as exc:
             kind = "publish-indeterminate" if exc.transient else "publish-failed"
             self.journal.write(kind, keys=list(keys), error=str(exc))
@@ -245,15 +254,17 @@ class Harness:
                 journal=str(self.journal.path),
                 gates=str(self.gates),
             )
-            ipw = InProcessWorker(
-                app,
-                queues=[self.queue],
-                concurrency=concurrency,
-                lease=lease,
-                prefetch=prefetch or 0,
-            ).start()
-            handle = WorkerHandle(self, index, [], {}, in_process=ipw)
-            self.workers.append(handle)
+            with self._gate:
+                self._check_open()
+                ipw = InProcessWorker(
+                    app,
+                    queues=[self.queue],
+                    concurrency=concurrency,
+                    lease=lease,
+                    prefetch=prefetch or 0,
+                ).start()
+                handle = WorkerHandle(self, index, [], {}, in_process=ipw)
+                self.workers.append(handle)
             return handle
         args = ["-Q", self.queue, "--pool", pool, "-c", str(concurrency), "--lease", str(lease)]
         if prefetch is not None:
@@ -264,8 +275,10 @@ class Harness:
         env = dict(self._env)
         if url is not None:
             env["ACKWISE_BROKER_URL"] = url
-        handle = WorkerHandle(self, index, args, env)
-        self.workers.append(handle)
+        with self._gate:
+            self._check_open()
+            handle = WorkerHandle(self, index, args, env)
+            self.workers.append(handle)
         if wait_ready:
             handle.wait_ready(self.patience * 2)
         return handle
@@ -290,11 +303,12 @@ class Harness:
         """
         self.require_processes("beat processes")
         self.require_lock_backend()
-        self._check_open()
         queue = queue or self.queue
-        if queue != self.queue and queue not in self._extra_queues:
-            self.adapter.declare(QueueSpec(queue))
-            self._extra_queues.add(queue)
+        with self._gate:
+            self._check_open()
+            if queue != self.queue and queue not in self._extra_queues:
+                self._extra_queues.add(queue)
+                self.adapter.declare(QueueSpec(queue))
         env = {
             **self._env,
             "ACKWISE_CONFORMANCE_BEAT_APP": self.beat_app(group),
@@ -304,9 +318,11 @@ class Harness:
         args = ["--ttl", repr(ttl), "--tick", repr(tick)]
         if lock_url is not None:
             args += ["--lock", lock_url]
-        self._beat_groups.add(group)
-        handle = BeatHandle(self, len(self.beats), args, env)
-        self.beats.append(handle)
+        with self._gate:
+            self._check_open()
+            self._beat_groups.add(group)
+            handle = BeatHandle(self, len(self.beats), args, env)
+            self.beats.append(handle)
         if wait_ready:
             handle.wait_ready(self.patience * 2)
         return handle
@@ -511,21 +527,44 @@ class Harness:
         """Wait until nothing is ready, delayed or in flight on the case's queue, and the
         journal has gone quiet (an early-acked task is no longer in flight at the broker but
         may still be running: its end must be in the journal before the checker reads it).
+
+        Fails once ``timeout`` seconds (default twice the patience) pass in which no further
+        message finished: a slow broker that keeps finishing messages is not a lost one.
         """
         limit = self.patience * 2 if timeout is None else timeout
-        deadline = time.monotonic() + limit
+        started = time.monotonic()
+        finished, last_progress = self._finished(), started
+        next_count = started + DRAIN_PROGRESS_EVERY
+        pause = 0.005
         while True:
-            try:
-                eventually(self.settled, max(0.1, deadline - time.monotonic()))
-            except AssertionError:
-                self._not_drained(limit)
-            size = self.journal.path.stat().st_size if self.journal.path.exists() else 0
-            time.sleep(0.25)
-            now = self.journal.path.stat().st_size if self.journal.path.exists() else 0
-            if (now == size and self.settled()) or time.monotonic() >= deadline:
-                return
+            if self.settled():
+                size = self._journal_size()
+                time.sleep(0.25)
+                if self._journal_size() == size and self.settled():
+                    return
+            now = time.monotonic()
+            if now >= next_count:
+                count, next_count = self._finished(), now + DRAIN_PROGRESS_EVERY
+                if count > finished:
+                    finished, last_progress = count, now
+            if now - last_progress >= limit:
+                self._not_drained(now - started, limit)
+            time.sleep(min(pause, max(0.0, last_progress + limit - now)))
+            pause = min(pause * 2, 0.2)
 
-    def _not_drained(self, waited: float) -> None:
+    def _finished(self) -> int:
+        """How many of the published messages ended or are dead letters (the drain's progress)."""
+        self._check_open()
+        ended = {r.get("id") for r in self.journal.records() if r["ev"] == "end"}
+        return len(self._published.keys() & ended) + len(self.dead_letters())
+
+    def _journal_size(self) -> int:
+        try:
+            return self.journal.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _not_drained(self, waited: float, stalled: float) -> None:
         """Fail naming the messages that never finished, and what the journal shows of them."""
         history = self.history()
         unfinished = [
@@ -542,8 +581,9 @@ class Harness:
                 f"{self.queue}; summary {history.summary()}"
             )
         history.fail(
-            f"queue {self.queue} did not drain within {waited:.0f}s: {len(unfinished)} "
-            f"message(s) unfinished, the broker shows {stats}",
+            f"queue {self.queue} did not drain: no message finished for {stalled:.0f}s "
+            f"({waited:.0f}s in all); {len(unfinished)} message(s) unfinished, the broker "
+            f"shows {stats}",
             *unfinished,
         )
 
@@ -578,7 +618,8 @@ class Harness:
                 return
             self._closed = True
             self._closed_event.set()
-            self._close()
+            with self._gate:
+                self._close()
 
     def _close(self) -> None:
         handles: list[WorkerHandle | BeatHandle] = [*self.workers, *self.beats]
