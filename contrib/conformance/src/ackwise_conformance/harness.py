@@ -513,9 +513,8 @@ class Harness:
         an early-acked task that started may be lost (the checker decides).
         """
         records = self.journal.records()
-        ended = {r.get("id") for r in records if r["ev"] == "end"}
+        ended, done = self._done(records)
         started = {r.get("id") for r in records if r["ev"] == "start"}
-        done = ended | {d.message_id for d in self.dead_letters()}
         if self.mode is Ack.EARLY:
             done |= started
         keys_done = {k for mid, k in self._idempotency_keys.items() if mid in ended}
@@ -555,8 +554,12 @@ class Harness:
     def _finished(self) -> int:
         """How many of the published messages ended or are dead letters (the drain's progress)."""
         self._check_open()
-        ended = {r.get("id") for r in self.journal.records() if r["ev"] == "end"}
-        return len(self._published.keys() & ended) + len(self.dead_letters())
+        return len(self._published.keys() & self._done(self.journal.records())[1])
+
+    def _done(self, records: list[dict[str, Any]]) -> tuple[set[Any], set[Any]]:
+        """The ids that ended (journal), and those plus the dead letters' (broker)."""
+        ended = {r.get("id") for r in records if r["ev"] == "end"}
+        return ended, ended | {d.message_id for d in self.dead_letters()}
 
     def _journal_size(self) -> int:
         try:
