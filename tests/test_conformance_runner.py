@@ -256,3 +256,40 @@ def test_the_drain_waits_for_a_slow_broker_that_keeps_finishing_messages(
         assert h.history().summary() == {"ok": 5}
     finally:
         h.close()
+
+
+def test_a_worker_of_a_network_broker_is_paused_once_however_slow_a_probe_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write probe that keeps a paused process out of a SQLite write transaction is for
+    embedded stores.  On SQS under load a probe slower than its timeout resumed the paused
+    worker in slices until its lease lapsed and its own receive took the redelivery that C07
+    waits for another worker to run ("start attempt 2: still false after 60 s")."""
+    import signal
+
+    from ackwise_conformance._case_helpers import pause_outside_writes
+    from ackwise_conformance.brokers import BrokerUnavailable, missing_broker, provide
+
+    try:
+        redis = provide("redis", tmp_dir=tmp_path / "redis", durable=False)
+    except BrokerUnavailable as exc:
+        missing_broker(exc.reason)
+    h = Harness(redis, Ack.LATE, tmp_path / "case")
+    probes = [0]
+
+    def too_slow(timeout: float) -> bool:
+        probes[0] += 1
+        return False
+
+    monkeypatch.setattr(h, "write_gets_through", too_slow)
+    try:
+        w = h.worker(pool="prefork", concurrency=1)
+        pause_outside_writes(h, w, 0.5, "worker 0")
+        assert w.stopped()
+        assert probes[0] == 0
+        time.sleep(0.3)
+        assert w.stopped(), "the paused worker was resumed"
+        w.signal(signal.SIGCONT)
+    finally:
+        h.close()
+        redis.stop()

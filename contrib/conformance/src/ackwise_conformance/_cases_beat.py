@@ -79,7 +79,7 @@ def _pause(h: Harness, beat: Any) -> None:
     write, so every second it waits is a second the schedule goes without a fire, charged to
     the gap bound the scenario checks (a 2 s probe made B02 fail so on a loaded machine).
     """
-    pause_outside_writes(beat, lambda: h.write_gets_through(h.t(0.1)), f"beat {beat.index}")
+    pause_outside_writes(h, beat, h.t(0.1), f"beat {beat.index}")
 
 
 def _check_fires(

@@ -176,7 +176,7 @@ def _pause_past_lease(h: Harness) -> tuple[Any, Any]:
     a = h.worker(pool="prefork", concurrency=1)
     h.publish(["victim"], {"gate": "victim"})
     h.wait_for("start", key="victim", attempt=1)
-    pause_outside_writes(a, lambda: h.write_gets_through(0.5), f"worker {a.index}")
+    pause_outside_writes(h, a, 0.5, f"worker {a.index}")
     try:
         b = h.worker(pool="prefork", concurrency=1)  # B renews its own lease while it lives
         if is_early(h):
