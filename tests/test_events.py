@@ -7,13 +7,13 @@ import re
 from pathlib import Path
 
 from ackwise import _hookspecs
-from ackwise._events import EVENTS, Events, Started, TaskEvent
+from ackwise._events import TASK_EVENTS, Events, Received, Started, TaskEvent
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _hooked() -> list[type[TaskEvent]]:
-    return [e for e in EVENTS if e.hook_fields is not None]
+    return [e for e in TASK_EVENTS if e.hook_fields is not None]
 
 
 def test_every_task_hook_is_an_event_and_every_hooked_event_a_hook() -> None:
@@ -48,7 +48,9 @@ def test_emit_feeds_listeners_and_hooks_the_same_event() -> None:
 
     events = Events([lambda kind, info: seen.append((kind, info))], Plugins())  # type: ignore[arg-type]
     events.emit(Started("t", "m1", "q", 2))
-    assert seen == [("started", {"task": "t", "message_id": "m1", "queue": "q", "attempt": 2})]
+    assert seen == [
+        ("started", {"task": "t", "message_id": "m1", "queue": "q", "attempt": 2, "due_at": 0.0})
+    ]
     assert calls == [
         {
             "hook": "ackwise_task_started",
@@ -73,4 +75,19 @@ def test_the_events_of_every_task_are_heard_by_a_hook_without_listeners() -> Non
     assert Events([], Plugins({"ackwise_task_started"})).heard == {Started}  # type: ignore[arg-type]
     assert Events([], Plugins(set())).heard == frozenset()  # type: ignore[arg-type]
     everyone = Events([lambda kind, info: None], Plugins(set()))  # type: ignore[arg-type]
-    assert everyone.heard == frozenset(EVENTS)
+    assert everyone.heard == frozenset(TASK_EVENTS)  # listeners hear every task event
+
+
+def test_a_subscriber_gets_the_event_objects_of_the_types_it_named() -> None:
+    class Plugins:
+        def emitter(self, hook: str) -> None:
+            return None
+
+    events = Events([], Plugins())  # type: ignore[arg-type]
+    got: list[TaskEvent] = []
+    events.subscribe([Started], got.append)
+    assert events.heard == {Started}
+    started = Started("t", "m1", "q", 1, due_at=5.0)
+    events.emit(started)
+    events.emit(Received("t", "m2", "q", 1))  # nobody asked for it: dropped
+    assert got == [started]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from ackwise._executors import child_main
+from ackwise._logconfig import configure_from_env
 
 if __name__ == "__main__":
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s [child] %(message)s"
+    # Log as the worker does (its level and format, handed down by the executor), marked
+    # as a child so that a task's own lines can be told from the supervisor's.
+    configure_from_env(
+        text_format="%(asctime)s %(levelname)s [child %(process)d] %(name)s: %(message)s"
     )
     app_path, job_fd, result_fd, parent = sys.argv[1:5]
     child_main(app_path, int(job_fd), int(result_fd), int(parent))

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ackwise._backoff import Backoff
+from ackwise._events import BrokerError, Events
 from ackwise._policy import check_hold_limit
 from ackwise._spi import Adapter, QueueSpec
 from ackwise.errors import (
@@ -34,12 +35,18 @@ class BrokerConnection:
     """Opens, declares and reopens ``adapter`` for a worker of ``app`` on ``queues``."""
 
     def __init__(
-        self, app: App, adapter: Adapter, queues: Sequence[str], broker_timeout: float
+        self,
+        app: App,
+        adapter: Adapter,
+        queues: Sequence[str],
+        broker_timeout: float,
+        events: Events | None = None,
     ) -> None:
         self.app = app
         self.adapter = adapter
         self.queues = list(queues)
         self.broker_timeout = broker_timeout
+        self.events = events
 
     def open(self, stopping: Callable[[], bool], pause: Callable[[float], None]) -> bool:
         """Connect and declare the queues, retrying while the broker is unreachable.
@@ -60,6 +67,8 @@ class BrokerConnection:
                     self.adapter.declare(QueueSpec(q, max_deliveries=self._max_deliveries_for(q)))
             except TransientAdapterError as exc:
                 self.close()
+                if self.events is not None:
+                    self.events.emit(BrokerError(str(exc), transient=True))
                 waited = time.monotonic() - started
                 left = self.broker_timeout - waited
                 if left <= 0:

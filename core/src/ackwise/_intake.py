@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ackwise import _envelope
+from ackwise._events import Received
 from ackwise._held import Held
 from ackwise._semantics import NackMessage, Outcome, settle
 from ackwise._settlement import Settler
@@ -45,33 +46,19 @@ class Intake:
         except AdapterError:
             raise
         except Exception as exc:
-            log.error(
-                "message %s on %s dead-lettered (decode_error): turning it into a task raised "
-                "%s: %s",
-                d.message_id,
-                d.queue,
-                type(exc).__name__,
-                exc,
-                exc_info=True,
+            log.debug("turning message %s into a task raised", d.message_id, exc_info=True)
+            self.settler.reject(
+                d, "decode_error", f"turning it into a task raised {type(exc).__name__}: {exc}"
             )
-            self.settler.reject(d, "decode_error", f"{type(exc).__name__}: {exc}", log_it=False)
             return None
 
     def _classify(self, d: Delivery) -> Held | None:
-        if d.corrupt is not None:
-            self.settler.reject(d, "corrupt_record", d.corrupt)
-            return None
-        if not isinstance(d.body, bytes):
-            detail = f"the adapter delivered a {type(d.body).__name__} body, not bytes"
-            self.settler.reject(d, "corrupt_record", detail)
-            return None
-        try:
-            env = _envelope.decode(d.body)
-        except UnknownEnvelopeVersion as exc:
-            self.settler.reject(d, "unknown_envelope_version", str(exc))
-            return None
-        except EnvelopeError as exc:
-            self.settler.reject(d, "decode_error", str(exc))
+        env, reason, detail = _decode(d)
+        if Received in self.settler.events.heard:
+            task_name = env.task if env is not None else None
+            self.settler.events.emit(Received(task_name, d.message_id, d.queue, d.attempt))
+        if env is None:
+            self.settler.reject(d, reason, detail)
             return None
         task = self.app.tasks.get(env.task)
         if task is None:
@@ -95,13 +82,7 @@ class Intake:
                     cfg.unknown_task_deliveries,
                 )
             else:
-                log.error(
-                    "message %s on %s dead-lettered (unknown_task): %s after %d deliveries",
-                    d.message_id,
-                    d.queue,
-                    detail,
-                    d.attempt,
-                )
+                detail += f" ({d.attempt} deliveries)"
             self.settler.carry_out(decision, d, env.task, env, label="unknown_task", error=detail)
             return None
         held = Held(d, task, env, next(self._job_ids))
@@ -109,3 +90,21 @@ class Intake:
             self.settler.settle_held(held, Outcome.OVER_LIMIT, label="max_deliveries")
             return None
         return held
+
+
+def _decode(d: Delivery) -> tuple[_envelope.Envelope | None, str, str]:
+    """The delivery's envelope, or ``None`` with the dead-letter reason and its detail."""
+    if d.corrupt is not None:
+        return None, "corrupt_record", d.corrupt
+    if not isinstance(d.body, bytes):
+        return (
+            None,
+            "corrupt_record",
+            f"the adapter delivered a {type(d.body).__name__} body, not bytes",
+        )
+    try:
+        return _envelope.decode(d.body), "", ""
+    except UnknownEnvelopeVersion as exc:
+        return None, "unknown_envelope_version", str(exc)
+    except EnvelopeError as exc:
+        return None, "decode_error", str(exc)

@@ -8,7 +8,6 @@ a dead letter carries, reports stale receipts and emits the events of all of it.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 
@@ -33,8 +32,6 @@ from ackwise._spi import Adapter, Delivery, Outgoing
 from ackwise.errors import StaleReceipt, TransientAdapterError
 
 __all__ = ["ACK_BATCH", "ACK_DELAY", "ACK_DELAY_BATCHED", "Settler", "whole_batches"]
-
-log = logging.getLogger("ackwise._worker")
 
 #: Late acks of successful tasks are sent together: at most this many, or this many seconds old.
 ACK_BATCH = 64
@@ -110,12 +107,6 @@ class Settler:
                 self._dead_letter(decision, d, task, env, error or label, traceback)
             elif isinstance(decision, LostMessage):
                 self.counters.lost += 1
-                log.warning(
-                    "task %s message %s lost (%s): it was acked before it started (Ack.EARLY)",
-                    task,
-                    d.message_id,
-                    decision.reason,
-                )
                 self.events.emit(Lost(task, *_where(d), reason=decision.reason))
             else:
                 assert isinstance(decision, Hold)
@@ -174,19 +165,12 @@ class Settler:
         return {id(d) for d in early}, stale
 
     def reject(
-        self,
-        d: Delivery,
-        reason: str,
-        detail: str,
-        env: _envelope.Envelope | None = None,
-        *,
-        log_it: bool = True,
+        self, d: Delivery, reason: str, detail: str, env: _envelope.Envelope | None = None
     ) -> None:
-        """Dead-letter a delivery that cannot become a task (the body kept as it is)."""
-        if log_it:
-            log.error(
-                "message %s on %s dead-lettered (%s): %s", d.message_id, d.queue, reason, detail
-            )
+        """Dead-letter a delivery that cannot become a task (the body kept as it is).
+
+        The task log's ``dead_lettered`` line says why (``detail``).
+        """
         decision = settle(
             None, Outcome.REJECTED, attempt=d.attempt, max_deliveries=1, reason=reason
         )
@@ -220,7 +204,7 @@ class Settler:
         self.adapter.publish(d.queue, [Outgoing(env.id, _envelope.encode(new), decision.delay)])
         if decision.counts:
             self.counters.retried += 1
-            self.events.emit(Retried(task, *_where(d), delay=decision.delay))
+            self.events.emit(Retried(task, *_where(d), delay=decision.delay, error=error))
         else:
             self.events.emit(
                 Returned(task, *_where(d), reason="idempotency_busy", delay=decision.delay)
@@ -328,24 +312,14 @@ class Settler:
 
     # -- reports ---------------------------------------------------------------------------
     def report_stale(self, exc: StaleReceipt, operation: str) -> None:
+        """Count and report receipts the broker refused (the task log says what it means).
+
+        An early ack asked again after a broker error may have gone through the first time
+        (the answer was lost): the broker cannot always tell that from a lease gone, and the
+        task log's ``stale receipt`` line of an ``early ack`` says so.
+        """
         self.counters.stale += len(exc.deliveries)
-        # An early ack asked again after a broker error may have gone through the first time
-        # (the answer was lost): the broker cannot always tell that from a lease gone.
-        why = (
-            "its lease had expired (it may run again elsewhere), or an earlier try whose "
-            "answer was lost went through; not run here (at most once)"
-            if operation == "early ack"
-            else "its lease had expired and it may run again elsewhere; nothing was changed"
-        )
         for d in exc.deliveries:
-            log.warning(
-                "stale receipt on %s of message %s (queue %s, attempt %d): %s",
-                operation,
-                d.message_id,
-                d.queue,
-                d.attempt,
-                why,
-            )
             self.events.emit(Stale(None, *_where(d), operation=operation))
 
 

@@ -26,7 +26,18 @@ from typing import TYPE_CHECKING
 from ackwise._backoff import Backoff
 from ackwise._claims import Claims
 from ackwise._connect import BrokerConnection
-from ackwise._events import Events, Failed, Listener, Started, Succeeded
+from ackwise._events import (
+    BrokerError,
+    Events,
+    Failed,
+    Fetched,
+    Interrupted,
+    LeasesRenewed,
+    Listener,
+    Reconnected,
+    Started,
+    Succeeded,
+)
 from ackwise._execution import FAILED, Job, Result
 from ackwise._executors import Completion, Executor, PreforkExecutor, ThreadExecutor
 from ackwise._held import Held, WorkerCounters
@@ -35,6 +46,7 @@ from ackwise._policy import WorkerConfig, max_auto_prefetch
 from ackwise._semantics import Outcome
 from ackwise._settlement import Settler, whole_batches
 from ackwise._spi import Adapter, LeaseExtension
+from ackwise._tasklog import TaskLog
 from ackwise.errors import (
     AdapterError,
     BrokerUnavailable,
@@ -86,6 +98,7 @@ class Worker:
         self.counters = WorkerCounters()
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self.events = Events(listeners, app.plugins)
+        TaskLog(self.events, app.tasks)
         self.settler = Settler(
             self.adapter,
             self.events,
@@ -97,7 +110,7 @@ class Worker:
         self.claims = Claims(app, self.worker_id, self.config.lease)
         self.intake = Intake(app, self.config, self.settler)
         self.connection = BrokerConnection(
-            app, self.adapter, self.config.queues, self.config.broker_timeout
+            app, self.adapter, self.config.queues, self.config.broker_timeout, self.events
         )
         self._completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self._buffer: collections.deque[Held] = collections.deque()
@@ -148,6 +161,11 @@ class Worker:
     def budget(self) -> int:
         """Messages held at most right now, running included (an automatic prefetch moves it)."""
         return self._budget
+
+    @property
+    def running(self) -> int:
+        """Tasks running now."""
+        return len(self._running)
 
     @property
     def held(self) -> int:
@@ -219,6 +237,7 @@ class Worker:
                     self.connection.reopen(reconnect_in)
                     reconnect_in = 0.0
                     backoff.reset()
+                    self.events.emit(Reconnected(time.monotonic() - failing_since))
                     failing_since = 0.0
                     settler.flush()
                 # 1. stopping?
@@ -285,6 +304,7 @@ class Worker:
                     self._drain_completions(block=timeout)
             except TransientAdapterError as exc:
                 failing_since = failing_since or time.monotonic()
+                self.events.emit(BrokerError(str(exc), transient=True))
                 if time.monotonic() - failing_since > cfg.broker_timeout:
                     log.error(
                         "broker %s unreachable for %.0fs (last error: %s); giving up",
@@ -301,6 +321,7 @@ class Worker:
                 log.warning("broker error (%s); reconnecting in %.1fs", exc, reconnect_in)
             except AdapterError as exc:
                 # Permanent (bad credentials, a missing queue…): retrying cannot help.
+                self.events.emit(BrokerError(str(exc), transient=False))
                 log.error("broker error that retrying cannot fix: %s", exc)
                 self._cold_stop(executor)
                 raise
@@ -342,6 +363,8 @@ class Worker:
             deliveries = self.adapter.receive(
                 q, max_messages=room - total, wait=per_queue_wait, lease=cfg.lease
             )
+            if deliveries and Fetched in self.events.heard:
+                self.events.emit(Fetched(q, [d.attempt for d in deliveries]))
             for d in deliveries:
                 held = self.intake.accept(d)
                 if held is not None:
@@ -381,14 +404,18 @@ class Worker:
             self.counters.started += 1
             d = h.delivery
             if Started in self.events.heard:
-                self.events.emit(Started(h.task.name, d.message_id, d.queue, d.attempt))
+                env = h.envelope  # positional: keywords cost ~0.15 µs a task here
+                due = env.eta or env.created_at
+                self.events.emit(Started(h.task.name, d.message_id, d.queue, d.attempt, due))
             receipt = repr(d.receipt) if h.task.bind else ""
             executor.submit(Job(h.job_id, d.attempt, d.body, receipt))
 
     def _return_buffer(self) -> None:
         """Graceful stop: give every prefetched, unstarted message back at once."""
         while self._buffer:
-            self.settler.settle_held(self._buffer.popleft(), Outcome.NOT_STARTED, label="returned")
+            self.settler.settle_held(
+                self._buffer.popleft(), Outcome.NOT_STARTED, label="not_started"
+            )
 
     # -- completions -----------------------------------------------------------------------
     def _adapt_budget(self, duration: float) -> None:
@@ -428,7 +455,14 @@ class Worker:
         if result.status == FAILED:
             self.counters.failed += 1
             self.events.emit(
-                Failed(task.name, d.message_id, d.queue, d.attempt, error=result.error)
+                Failed(
+                    task.name,
+                    d.message_id,
+                    d.queue,
+                    d.attempt,
+                    error=result.error,
+                    duration=result.duration,
+                )
             )
             self.claims.done(h, completed=False)
             try:
@@ -447,7 +481,7 @@ class Worker:
             self._adapt_budget(result.duration)
         if Succeeded in self.events.heard:
             self.events.emit(
-                Succeeded(task.name, d.message_id, d.queue, d.attempt, duration=result.duration)
+                Succeeded(task.name, d.message_id, d.queue, d.attempt, result.duration)
             )
         self.settler.settle_held(h, Outcome.SUCCEEDED, label="succeeded")
 
@@ -457,6 +491,8 @@ class Worker:
         if h is None:  # pragma: no cover
             return
         self.claims.done(h, completed=False)  # its holder is dead: the next delivery may run
+        d = h.delivery
+        self.events.emit(Interrupted(h.task.name, d.message_id, d.queue, d.attempt, reason=reason))
         try:
             self.settler.settle_held(h, Outcome.EXECUTOR_LOST, label=reason, reason=reason)
         finally:
@@ -471,6 +507,7 @@ class Worker:
         try:
             self.adapter.extend(held, lease=self.config.lease)
         except StaleReceipt as exc:
+            self.events.emit(LeasesRenewed(len(held) - len(exc.deliveries), len(exc.deliveries)))
             lost = {id(d) for d in exc.deliveries}
             for h in [*self._buffer, *self._running.values()]:
                 if id(h.delivery) in lost:
@@ -478,6 +515,8 @@ class Worker:
             self.settler.report_stale(exc, "extend")
             # Buffered deliveries whose lease moved on belong to another worker now.
             self._buffer = collections.deque(h for h in self._buffer if not h.lease_lost)
+        else:
+            self.events.emit(LeasesRenewed(len(held), 0))
         self.counters.extended += len(held)
 
     # -- stopping --------------------------------------------------------------------------
@@ -487,6 +526,10 @@ class Worker:
         )
         executor.shutdown(cold=True)
         for h in list(self._running.values()):
+            d = h.delivery
+            self.events.emit(
+                Interrupted(h.task.name, d.message_id, d.queue, d.attempt, reason="abandoned")
+            )
             self.settler.settle_held(h, Outcome.ABANDONED, label="abandoned")
         self._running.clear()
         self._return_buffer()
