@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from ackwise import _envelope
+from ackwise import _envelope, _tracing
 from ackwise._envelope import check_queue_name
 from ackwise._plugins import Plugins, get_plugins
 from ackwise._policy import check_publish, schedule_delay
@@ -187,10 +187,23 @@ class Task(Generic[P, R]):
         :raises NotSerializable: an argument or header is not JSON; nothing was published.
         :raises InvalidSchedule: negative countdown, naive eta, or both given.
         """
-        q, out = self.app._prepare(
-            self, args, kwargs, countdown=countdown, eta=eta, queue=queue, headers=headers, id=id
-        )
-        self.app._publish(q, [out])
+        app = self.app
+        with _tracing.send_span(app.broker.scheme, queue or self.queue) as span:
+            if span is not None:
+                headers = {**(headers or {}), **span.headers}
+            q, out = app._prepare(
+                self,
+                args,
+                kwargs,
+                countdown=countdown,
+                eta=eta,
+                queue=queue,
+                headers=headers,
+                id=id,
+            )
+            app._publish(q, [out])
+            if span is not None:
+                span.sent([out.id])
         return out.id
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
@@ -399,12 +412,21 @@ class App:
         """
         by_queue: dict[str, list[Outgoing]] = {}
         ids: list[str] = []
-        for sig in calls:
-            q, out = self._prepare(sig.task, sig.args, sig.kwargs, **sig.options)
-            by_queue.setdefault(q, []).append(out)
-            ids.append(out.id)
-        for q, outs in by_queue.items():
-            self._publish(q, outs)
+        with _tracing.send_span(self._broker.scheme, None) as span:
+            for sig in calls:
+                options = sig.options
+                if span is not None:
+                    options = {
+                        **options,
+                        "headers": {**(options.get("headers") or {}), **span.headers},
+                    }
+                q, out = self._prepare(sig.task, sig.args, sig.kwargs, **options)
+                by_queue.setdefault(q, []).append(out)
+                ids.append(out.id)
+            for q, outs in by_queue.items():
+                self._publish(q, outs)
+            if span is not None:
+                span.sent(ids)
         return ids
 
     def _prepare(

@@ -17,6 +17,8 @@ from ackwise._cli_common import (
     resolve_broker,
     table,
 )
+from ackwise._logconfig import LOG_FORMATS, parse_level
+from ackwise._logconfig import configure as configure_logging
 from ackwise._plugins import get_plugins
 from ackwise._spi import QueueStats, redact_url
 from ackwise.errors import AckwiseError
@@ -28,7 +30,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ackwise", description="ackwise: a task queue with explicit delivery guarantees"
     )
-    parser.add_argument("--loglevel", default=os.environ.get("ACKWISE_LOGLEVEL", "INFO"))
+    parser.add_argument(
+        "--loglevel",
+        default=os.environ.get("ACKWISE_LOGLEVEL", "INFO"),
+        help="DEBUG, INFO (default), WARNING, ERROR ($ACKWISE_LOGLEVEL)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=os.environ.get("ACKWISE_LOG_FORMAT", "text"),
+        help="text (default) or json: one object per line ($ACKWISE_LOG_FORMAT)",
+    )
+    parser.add_argument(
+        "--driver-loglevel",
+        default=os.environ.get("ACKWISE_DRIVER_LOGLEVEL"),
+        help="level of the broker client libraries' loggers (pika, botocore, urllib3, redis); "
+        "default WARNING ($ACKWISE_DRIVER_LOGLEVEL)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     w = sub.add_parser("worker", help="run a worker", description="Run a worker process.")
@@ -69,6 +87,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=60.0,
         help="give up when the broker stays unreachable this many seconds",
     )
+    w.add_argument(
+        "--metrics-port",
+        type=int,
+        default=_env_int("ACKWISE_METRICS_PORT"),
+        help="serve Prometheus metrics on this port ($ACKWISE_METRICS_PORT; needs "
+        "ackwise[prometheus])",
+    )
+    w.add_argument(
+        "--metrics-host",
+        default=os.environ.get("ACKWISE_METRICS_HOST", "0.0.0.0"),
+        help="address the metrics server listens on (default 0.0.0.0; $ACKWISE_METRICS_HOST)",
+    )
+    w.add_argument(
+        "--metrics-stats-interval",
+        type=positive_float,
+        default=15.0,
+        help="read the queues' depths from the broker at most this often, in seconds "
+        "(0: no queue gauges)",
+    )
     w.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("stats", help="show queue depths", description="Show per-queue state.")
@@ -78,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--broker", help="broker URL (default: the app's, or $ACKWISE_BROKER_URL)")
     s.add_argument("-Q", "--queues", type=queue_list, default=[], help="comma-separated queues")
     s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument(
+        "--watch", action="store_true", help="refresh the table until Ctrl-C, with rates"
+    )
+    s.add_argument(
+        "--interval", type=positive_float, default=2.0, help="seconds between refreshes (--watch)"
+    )
     s.set_defaults(func=cmd_stats)
 
     a = sub.add_parser("adapters", help="list installed adapters and their capabilities")
@@ -96,10 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.loglevel).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    try:
+        level = parse_level(str(args.loglevel))
+        drivers = (
+            parse_level(args.driver_loglevel, "--driver-loglevel") if args.driver_loglevel else None
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    configure_logging(level, args.log_format, drivers)
     try:
         return int(args.func(args) or 0)
     except AckwiseError as exc:
@@ -125,8 +172,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
         broker_timeout=args.broker_timeout,
     )
     worker = Worker(app, config)
+    metrics = None
+    if args.metrics_port is not None:
+        from ackwise._metrics import WorkerMetrics
+
+        metrics = WorkerMetrics(worker, stats_interval=args.metrics_stats_interval)
+        metrics.serve(args.metrics_port, args.metrics_host)
     worker.install_signal_handlers()
-    return worker.run()
+    try:
+        return worker.run()
+    finally:
+        if metrics is not None:
+            metrics.close()
 
 
 def _stats_rows(broker: str, queues: list[str]) -> list[QueueStats]:
@@ -142,6 +199,10 @@ def _stats_rows(broker: str, queues: list[str]) -> list[QueueStats]:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     broker, queues = resolve_broker(args)
+    if args.watch:
+        from ackwise._watch import watch
+
+        return watch(broker, queues, args.interval)
     rows = _stats_rows(broker, queues)
     if args.json:
         print(
@@ -193,6 +254,16 @@ def cmd_adapters(args: argparse.Namespace) -> int:
         rows.append([item["scheme"], item["distribution"], item["adapter"], desc])
     print(table(["scheme", "distribution", "adapter", "capabilities"], rows))
     return 0
+
+
+def _env_int(name: str) -> int | None:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise SystemExit(f"ackwise: error: ${name} must be a port number, got {text!r}") from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ackwise import _envelope
+from ackwise import _envelope, _tracing
 from ackwise._app import TaskContext
 from ackwise.errors import ConfigurationError, SoftTimeLimitExceeded
 
 if TYPE_CHECKING:
-    from ackwise._app import App
+    from ackwise._app import App, Task
 
 OK = 0
 FAILED = 1
@@ -90,15 +90,10 @@ class Runner:
                     task, env.id, job.attempt, retries, env.queue, env.headers, job.receipt
                 )
                 args = [ctx, *args]
-            soft = task.soft_time_limit
-            if task.is_async:
-                coro = task.fn(*args, **env.kwargs)
-                self._run_async(_soft_limited(coro, soft) if soft else coro)
-            elif soft:
-                with _soft_limit(soft):
-                    task.fn(*args, **env.kwargs)
+            if _tracing.active():
+                self._call_traced(task, args, env, job.attempt)
             else:
-                task.fn(*args, **env.kwargs)
+                self._call(task, args, env.kwargs)
         except BaseException as exc:
             duration = time.perf_counter() - start
             retry_delay: float | None = None
@@ -114,6 +109,36 @@ class Runner:
                 _format_traceback(exc),
             )
         return Result(job.job_id, OK, time.perf_counter() - start)
+
+    def _call(self, task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> None:
+        soft = task.soft_time_limit
+        if task.is_async:
+            coro = task.fn(*args, **kwargs)
+            self._run_async(_soft_limited(coro, soft) if soft else coro)
+        elif soft:
+            with _soft_limit(soft):
+                task.fn(*args, **kwargs)
+        else:
+            task.fn(*args, **kwargs)
+
+    def _call_traced(
+        self, task: Task[..., Any], args: list[Any], env: _envelope.Envelope, attempt: int
+    ) -> None:
+        with _tracing.process_span(
+            scheme=self.app.broker.scheme,
+            queue=env.queue,
+            message_id=env.id,
+            task=task.name,
+            mode=task.ack.value,
+            attempt=attempt,
+            headers=env.headers,
+        ) as span:
+            try:
+                self._call(task, args, env.kwargs)
+            except BaseException as exc:
+                _tracing.finish(span, "failed", exc)
+                raise
+            _tracing.finish(span, "succeeded")
 
     def _run_async(self, coro: Any) -> Any:
         if self._loop is None:

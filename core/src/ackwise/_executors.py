@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ackwise import _logconfig, _tracing
 from ackwise._execution import Job, Result, Runner
 from ackwise.errors import ConfigurationError
 
@@ -171,7 +172,7 @@ class PreforkExecutor(Executor):
     def _spawn(self) -> _Child:
         job_r, job_w = os.pipe()
         result_r, result_w = os.pipe()
-        env = dict(os.environ)
+        env = {**os.environ, **_logconfig.child_env()}  # children log as the worker does
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in [os.getcwd(), *sys.path, env.get("PYTHONPATH", "")] if p
         )
@@ -435,4 +436,5 @@ def child_main(app_path: str, job_fd: int, result_fd: int, parent_pid: int) -> N
         out = encode(result.to_wire())
         os.write(result_fd, _FRAME.pack(len(out)) + out)
     runner.close()
+    _tracing.flush()  # os._exit skips atexit, where a tracer provider would flush
     os._exit(0)
