@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import inspect
+import json
+import subprocess
+import sys
+import uuid
+from urllib.parse import urlsplit, urlunsplit
 
 import pika.exceptions as px
 import pytest
 
-from ackwise import BrokerURL, errors, open_adapter
-from ackwise_conformance.brokers import free_port
+from ackwise import BrokerURL, QueueSpec, errors, open_adapter
+from ackwise_conformance.brokers import BrokerHandle, free_port
 from ackwise_rabbitmq import (
     ERROR_MAP,
     RabbitMQAdapter,
@@ -165,3 +170,48 @@ def test_in_flight_counts_every_consumer_only_through_the_management_api() -> No
     assert open_adapter(base).capabilities.global_in_flight is False
     managed = open_adapter(f"{base}?management=http://127.0.0.1:15672")
     assert managed.capabilities.global_in_flight is True
+
+
+def _ackwise(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ackwise", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_refused_credentials_are_one_line_from_ackwise(rabbitmq_broker: BrokerHandle) -> None:
+    # pika logs the refusal at ERROR from several modules, with a traceback; ackwise says it
+    # once, with pika's detail (docs/observability.md, "Broker errors").
+    parts = urlsplit(rabbitmq_broker.url)
+    wrong = parts._replace(netloc=f"guest:n0t-the-password@{parts.hostname}:{parts.port}")
+    proc = _ackwise("stats", "--broker", urlunsplit(wrong), "-Q", f"q-{uuid.uuid4().hex[:8]}")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("ackwise: error: ") and "refused the credentials" in lines[0]
+    assert "n0t-the-password" not in proc.stderr
+
+
+def test_a_command_prints_no_driver_chatter(rabbitmq_broker: BrokerHandle) -> None:
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    adapter = open_adapter(rabbitmq_broker.url)
+    adapter.open()
+    adapter.declare(QueueSpec(queue))
+    adapter.close()
+    proc = _ackwise("stats", "--broker", rabbitmq_broker.url, "-Q", queue, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # pika's INFO lines (~20 per connection) stay out
+    assert json.loads(proc.stdout)["queues"][0]["queue"] == queue
+    chatty = _ackwise(
+        "--driver-loglevel", "INFO", "stats", "--broker", rabbitmq_broker.url, "-Q", queue
+    )
+    assert " INFO pika." in chatty.stderr  # unless asked for
+
+
+def test_an_unreachable_broker_names_the_socket_error() -> None:
+    # pika's AMQPConnectionError prints as nothing; its cause is the detail worth a line.
+    proc = _ackwise(
+        "stats", "--broker", f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F", "-Q", "q"
+    )
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert "cannot reach RabbitMQ: ConnectionRefusedError: [Errno 111] Connection refused" in line

@@ -104,11 +104,24 @@ def _reply(exc: BaseException) -> tuple[int | None, str]:
     return (code if isinstance(code, int) else None), str(text or "")
 
 
+def _detail(exc: BaseException) -> str:
+    """What went wrong, in pika's words: an ``AMQPConnectionError`` prints as nothing, its
+    cause (e.g. ``ConnectionRefusedError``) sits in the connector error it wraps."""
+    text = str(exc)
+    if text:
+        return text
+    for arg in exc.args:
+        inner = getattr(arg, "exception", None)
+        if isinstance(inner, BaseException):
+            return f"{type(inner).__name__}: {inner}"
+    return type(exc).__name__
+
+
 def translate_pika_error(
     exc: BaseException, where: str = "RabbitMQ", secret: str | None = None
 ) -> AdapterError:
     """Return the :mod:`ackwise.errors` exception for a pika (or socket) error; not raised."""
-    detail = redact(str(exc) or type(exc).__name__, secret)
+    detail = redact(_detail(exc), secret)
     if isinstance(exc, OSError):
         return BrokerUnavailable(f"{where}: cannot reach RabbitMQ: {detail}")
     code, text = _reply(exc)

@@ -27,6 +27,7 @@ from ackwise.errors import AdapterError, BrokerUnavailable, TransientAdapterErro
 from ackwise_rabbitmq import _pika_private
 from ackwise_rabbitmq._errors import map_pika_errors, translate_pika_error
 from ackwise_rabbitmq._messages import _read_frame
+from ackwise_rabbitmq._quiet import quiet_raised_errors
 from ackwise_rabbitmq._url import RabbitMQSettings, parse_rabbitmq_url
 
 # The adapter's one logger, named as before it was split into modules.
@@ -104,6 +105,7 @@ class _IOThread(Adapter):
         with self._lock:
             if self._alive and self._thread is not None and self._thread.is_alive():
                 return
+        quiet_raised_errors()  # ackwise reports what pika raises; pika need not log it too
         self.close()
         self._user_closed = False
         ready = threading.Event()
