@@ -158,7 +158,7 @@ def run_case(
 def _worker_logs(h: Harness) -> str:
     out = ""
     for w in h.workers:
-        text = w.output()
+        text = _without_task_lines(w.output())
         if text:
             out += f"\n--- worker {w.index} log (tail) ---\n" + text[-2000:]
     for b in h.beats:
@@ -166,6 +166,18 @@ def _worker_logs(h: Harness) -> str:
         if text:
             out += f"\n--- beat {b.index} (pid {b.pid}) log (tail) ---\n" + text[-2000:]
     return out
+
+
+def _without_task_lines(text: str) -> str:
+    """A worker's log without its routine task lines (started, succeeded…: the journal has
+    them all), so that the tail shows what went wrong: broker errors, stale receipts."""
+    kept, dropped = [], 0
+    for line in text.splitlines(keepends=True):
+        if " INFO ackwise.task: " in line or " DEBUG ackwise.task: " in line:
+            dropped += 1
+        else:
+            kept.append(line)
+    return "".join(kept) + (f"({dropped} INFO task lines left out)\n" if dropped else "")
 
 
 # The catalogue: importing its modules registers their scenarios.
