@@ -410,10 +410,13 @@ def record(c: Cell, result: Any, run: int, tasks: int) -> str:
 
 
 def run_cells(
-    cells: list[Cell], broker: Any, tmp: Path, rounds: int, tasks: int, width: int
+    cells: list[Cell], broker: Any, tmp: Path, rounds: int, tasks: int, width: int, first: int = 1
 ) -> None:
-    """Run every cell ``rounds`` times (``c.run(broker, cell_dir, tasks)``), progress to stderr."""
-    for run in range(1, rounds + 1):
+    """Run every cell ``rounds`` times (``c.run(broker, cell_dir, tasks)``), progress to stderr.
+
+    ``first``: the number of the first run (a caller that orders each run itself).
+    """
+    for run in range(first, first + rounds):
         for c in cells:
             cell_dir = tmp / f"{c.key}-{run}"
             cell_dir.mkdir()
