@@ -546,3 +546,35 @@ def test_an_early_ack_carried_out_whose_answer_was_lost_is_done_when_asked_again
     adapter.ack_before_start([d])  # asked again after the reconnect: done
     st = adapter.stats(queue)
     assert (st.ready, st.in_flight) == (0, 0)
+
+
+def test_a_receive_retried_by_botocore_counts_its_lease_from_the_retry(
+    adapter: SQSAdapter, queue: str
+) -> None:
+    # Defect (C18 on SQS under load): a ReceiveMessage cut by a connection reset was retried
+    # by botocore a second and more later, and SQS took the message at the retry; the lease
+    # counted from the call's start ended before the worker could start the task, whose ack
+    # the local fence then refused: the message ran a third time elsewhere.
+    from botocore.exceptions import ConnectionClosedError
+
+    adapter.publish(queue, [Outgoing("r1", b"one")])
+    failed: list[float] = []
+
+    def reset_once(request: Any, **_: Any) -> None:
+        if not failed:
+            failed.append(time.time())
+            time.sleep(1.5)  # the cut lasts a while before the reset reaches the client
+            raise ConnectionClosedError(endpoint_url=request.url)
+
+    events = _raw(adapter).meta.events
+    events.register_first("before-send.sqs.ReceiveMessage", reset_once)
+    try:
+        started = time.time()
+        [d] = adapter.receive(queue, max_messages=1, wait=0, lease=2.0)
+    finally:
+        events.unregister("before-send.sqs.ReceiveMessage", reset_once)
+    assert failed, "the first attempt was reset and retried"
+    # SQS cannot have taken it before the retry was sent, 1.5 s after the call started.
+    assert d.lease_deadline >= started + 1.5 + 2.0
+    adapter.ack([d])  # the lease is good: no stale receipt
+    assert adapter.stats(queue).in_flight == 0

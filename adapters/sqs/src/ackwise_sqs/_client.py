@@ -11,6 +11,7 @@ import concurrent.futures as cf
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -42,6 +43,9 @@ class _Client(Adapter):
         self._counting = threading.Lock()
         self._generation = fork_generation()
         self._io: cf.ThreadPoolExecutor | None = None  # the parallel requests of one call
+        #: Per thread: when the last HTTP attempt of its current call was sent (botocore
+        #: retries a request on a reset connection; the retry is when SQS may take messages).
+        self._sent = threading.local()
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self) -> None:
@@ -64,6 +68,14 @@ class _Client(Adapter):
                     max_pool_connections=_PARALLEL + 1,
                 ),
             )
+            self._client.meta.events.register("before-send.sqs", self._note_send)
+
+    def _note_send(self, **_: Any) -> None:
+        self._sent.at = time.time()  # returns None: the request goes out as usual
+
+    def last_send(self, since: float) -> float:
+        """When this thread's last HTTP attempt went out (``since`` if none did after it)."""
+        return max(since, getattr(self._sent, "at", since))
 
     def close(self) -> None:
         io, self._io = self._io, None

@@ -101,10 +101,13 @@ class _Receiving(_Topology):
         out: list[Delivery] = []
         early: list[tuple[str, int]] = []
         now = time.time()
-        # The visibility clock starts when SQS takes the message: during a long poll, when
-        # one arrives.  Counting from the call's start would shorten the lease by the wait;
-        # the take is assumed no more than a second before the answer came back.
-        taken = max(started, now - 1.0) if wait_seconds else started
+        # The visibility clock starts when SQS takes the message: not before the request that
+        # answered was sent (botocore may have retried it after a reset: the retry's send),
+        # and during a long poll, when one arrives.  Counting from the call's start would
+        # shorten the lease by the wait; the take is assumed no more than a second before the
+        # answer came back.
+        sent = self.last_send(started)
+        taken = max(sent, now - 1.0) if wait_seconds else sent
         # A re-arm may hide a message for what is left of the 12 hours this receive may hold
         # it (counted from before the request, and a second early for the re-arm's flight).
         room = MAX_VISIBILITY - math.ceil(now - started) - 1
