@@ -95,6 +95,20 @@ def test_events_below_the_task_loggers_level_cost_nothing() -> None:
         logger.setLevel(before)
 
 
+def test_the_task_log_can_be_quieter_than_the_rest() -> None:
+    app = _app()
+    task_logger = logging.getLogger("ackwise.task")
+    try:
+        configure(logging.INFO, task_level=logging.WARNING)
+        assert task_logger.level == logging.WARNING
+        assert Started not in Worker(app, WorkerConfig(pool="threads")).events.heard
+        configure(logging.INFO)  # default: as --loglevel
+        assert task_logger.level == logging.NOTSET
+    finally:
+        task_logger.setLevel(logging.NOTSET)
+        _logconfig._settings.clear()
+
+
 def test_json_lines_have_stable_keys_and_the_events_fields() -> None:
     record = logging.LogRecord(
         "ackwise.task", logging.INFO, __file__, 1, "succeeded %s", ("x",), None

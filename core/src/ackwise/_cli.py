@@ -42,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="text (default) or json: one object per line ($ACKWISE_LOG_FORMAT)",
     )
     parser.add_argument(
+        "--task-loglevel",
+        default=os.environ.get("ACKWISE_TASK_LOGLEVEL"),
+        help="level of the worker's task log (ackwise.task: two lines a task at INFO); "
+        "default: --loglevel ($ACKWISE_TASK_LOGLEVEL)",
+    )
+    parser.add_argument(
         "--driver-loglevel",
         default=os.environ.get("ACKWISE_DRIVER_LOGLEVEL"),
         help="level of the broker client libraries' loggers (pika, botocore, urllib3, redis); "
@@ -144,9 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         drivers = (
             parse_level(args.driver_loglevel, "--driver-loglevel") if args.driver_loglevel else None
         )
+        tasks = parse_level(args.task_loglevel, "--task-loglevel") if args.task_loglevel else None
     except ValueError as exc:
         parser.error(str(exc))
-    configure_logging(level, args.log_format, drivers)
+    configure_logging(level, args.log_format, drivers, task_level=tasks)
     try:
         return int(args.func(args) or 0)
     except AckwiseError as exc:

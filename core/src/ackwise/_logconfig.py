@@ -33,6 +33,10 @@ LOG_FORMATS = ("text", "json")
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
+#: The worker's task log (:mod:`ackwise._tasklog`), named here so that its level can be set
+#: without importing the worker.
+TASK_LOGGER = "ackwise.task"
+
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line.
@@ -78,10 +82,12 @@ def configure(
     fmt: str = "text",
     driver_level: int | None = None,
     *,
+    task_level: int | None = None,
     text_format: str = TEXT_FORMAT,
 ) -> None:
     """Log to standard error at ``level`` in ``fmt``; broker drivers at ``driver_level``
-    (default: WARNING, or ``level`` where that is higher).
+    (default: WARNING, or ``level`` where that is higher); the task log (``ackwise.task``) at
+    ``task_level`` (default: ``level``).
 
     The settings are kept for :func:`child_env`.
     """
@@ -102,6 +108,8 @@ def configure(
     drivers = max(logging.WARNING, level) if driver_level is None else driver_level
     for name in DRIVER_LOGGERS:
         logging.getLogger(name).setLevel(drivers)
+    # The task log (two lines a task at INFO) may be quieter than the rest.
+    logging.getLogger(TASK_LOGGER).setLevel(logging.NOTSET if task_level is None else task_level)
     _settings.clear()
     _settings.update(
         ACKWISE_LOGLEVEL=logging.getLevelName(level),

@@ -30,13 +30,13 @@ from ackwise._events import (
     Succeeded,
     TaskEvent,
 )
+from ackwise._logconfig import TASK_LOGGER
 
 if TYPE_CHECKING:
     from ackwise._app import Task
 
 __all__ = ["LEVELS", "TASK_LOGGER", "TaskLog"]
 
-TASK_LOGGER = "ackwise.task"
 
 #: The level of each event's line.
 LEVELS: dict[type[TaskEvent], int] = {

@@ -129,6 +129,10 @@ class Harness:
             "ACKWISE_CONFORMANCE_JOURNAL": str(self.journal.path),
             "ACKWISE_CONFORMANCE_GATES": str(self.gates),
             "ACKWISE_LOGLEVEL": os.environ.get("ACKWISE_CONFORMANCE_LOGLEVEL", "INFO"),
+            # The journal records every execution: the task log's routine lines (two a task,
+            # ~15 µs each) would only load the host the concurrent cases share.  Its warnings
+            # (stale receipts, failures) stay.
+            "ACKWISE_TASK_LOGLEVEL": os.environ.get("ACKWISE_CONFORMANCE_TASK_LOGLEVEL", "WARNING"),
         }
         # A broker without an idempotency store of its own (SQS) keeps the case's keys in a
         # SQLite file: what its users configure (App(idempotency_store=…), docs/idempotency.md).
