@@ -578,3 +578,53 @@ def test_a_receive_retried_by_botocore_counts_its_lease_from_the_retry(
     assert d.lease_deadline >= started + 1.5 + 2.0
     adapter.ack([d])  # the lease is good: no stale receipt
     assert adapter.stats(queue).in_flight == 0
+
+
+def test_a_pending_ack_is_sent_before_a_receive_that_may_outlast_its_lease(sqs_url: str) -> None:
+    # Defect (C18 on SQS under the README run's load): a completed task's ack waited to fill a
+    # request of 10 while the loop's next ReceiveMessage hung in botocore's retries longer
+    # than the lease; the ack then found the receipt stale and the task ran again.
+    from ackwise import Ack, App
+    from ackwise._events import Succeeded
+    from ackwise.testing import run_worker
+
+    app = App("t", broker=sqs_url)
+    armed = threading.Event()
+    runs: list[str] = []
+
+    # Running (so the short task's ack waits for company), but holding no lease that the
+    # hang could outlast: acked at start.
+    @app.task(name="t.long", ack=Ack.EARLY)
+    def long() -> None:
+        runs.append("long")
+        armed.set()
+        time.sleep(4.0)
+
+    @app.task(name="t.short")
+    def short() -> None:
+        runs.append("short")
+        armed.wait(5)
+
+    finished = threading.Event()  # set on the worker's loop, as it settles the short task
+    slowed: list[float] = []
+
+    def hang_once(**_: Any) -> None:
+        if finished.is_set() and not slowed:
+            slowed.append(time.time())
+            time.sleep(2.5)  # longer than the 2 s lease
+
+    def on_success(e: Succeeded) -> None:
+        if e.task == "t.short":
+            finished.set()
+
+    app.send_many([long.s(), short.s()])
+    with run_worker(app, concurrency=2, lease=2.0, prefetch=4) as w:
+        assert w.worker.wait_ready(10)
+        _raw(w.worker.adapter).meta.events.register_first(  # type: ignore[arg-type]
+            "before-send.sqs.ReceiveMessage", hang_once
+        )
+        w.worker.events.subscribe([Succeeded], on_success)
+        w.join(timeout=30)
+    assert slowed, "a receive hung past the lease while the short task's ack was pending"
+    assert runs.count("short") == 1, runs
+    assert runs.count("long") == 1, runs

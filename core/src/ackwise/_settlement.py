@@ -266,14 +266,18 @@ class Settler:
 
     def before_receive(self) -> None:
         """The loop is about to ask the broker for more: send the pending acks first, where
-        the broker counts them in the worker's window (``Capabilities.push_window``).
+        the broker counts them in the worker's window (``Capabilities.push_window``) or where
+        every request is a round trip that may take long (``max_batch``: SQS).
 
         RabbitMQ counts the message of an unsent ack in the window; asking for the room the
         ack freed would grow the window past the prefetch budget (C18: more duplicates than
-        two windows).  Elsewhere an extra ack call per receive only costs (Redis drain at
+        two windows).  On SQS a ReceiveMessage that botocore retries, or a slow endpoint,
+        can outlast what is left of a pending ack's lease, and nothing renews a completed
+        task's lease: its ack then finds the receipt stale and the task runs again (C18 on
+        SQS under load).  Elsewhere an extra ack call per receive only costs (Redis drain at
         concurrency 8: 0.94x).
         """
-        if self.pending and self.push_window:
+        if self.pending and (self.push_window or self.batch > 1):
             self.flush()
 
     def flush(self, keep: int = 0) -> None:
