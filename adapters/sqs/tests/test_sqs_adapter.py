@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -585,7 +586,6 @@ def test_a_pending_ack_is_sent_before_a_receive_that_may_outlast_its_lease(sqs_u
     # request of 10 while the loop's next ReceiveMessage hung in botocore's retries longer
     # than the lease; the ack then found the receipt stale and the task ran again.
     from ackwise import Ack, App
-    from ackwise._events import Succeeded
     from ackwise.testing import run_worker
 
     app = App("t", broker=sqs_url)
@@ -613,18 +613,28 @@ def test_a_pending_ack_is_sent_before_a_receive_that_may_outlast_its_lease(sqs_u
             slowed.append(time.time())
             time.sleep(2.5)  # longer than the 2 s lease
 
-    def on_success(e: Succeeded) -> None:
-        if e.task == "t.short":
-            finished.set()
+    class OnSuccess(logging.Handler):  # the task log's line is written as the loop settles
+        def emit(self, record: logging.LogRecord) -> None:
+            fields = getattr(record, "ackwise", {})
+            if fields.get("event") == "succeeded" and fields.get("task") == "t.short":
+                finished.set()
+
+    task_log = logging.getLogger("ackwise.task")
+    handler, level = OnSuccess(), task_log.level
 
     app.send_many([long.s(), short.s()])
-    with run_worker(app, concurrency=2, lease=2.0, prefetch=4) as w:
-        assert w.worker.wait_ready(10)
-        _raw(w.worker.adapter).meta.events.register_first(  # type: ignore[arg-type]
-            "before-send.sqs.ReceiveMessage", hang_once
-        )
-        w.worker.events.subscribe([Succeeded], on_success)
-        w.join(timeout=30)
+    task_log.addHandler(handler)
+    task_log.setLevel(logging.INFO)  # before the worker starts: it subscribes what is enabled
+    try:
+        with run_worker(app, concurrency=2, lease=2.0, prefetch=4) as w:
+            assert w.worker.wait_ready(10)
+            _raw(w.worker.adapter).meta.events.register_first(  # type: ignore[arg-type]
+                "before-send.sqs.ReceiveMessage", hang_once
+            )
+            w.join(timeout=30)
+    finally:
+        task_log.removeHandler(handler)
+        task_log.setLevel(level)
     assert slowed, "a receive hung past the lease while the short task's ack was pending"
     assert runs.count("short") == 1, runs
     assert runs.count("long") == 1, runs
