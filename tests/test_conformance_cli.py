@@ -7,6 +7,8 @@ import subprocess
 import sys
 import uuid
 
+import pytest
+
 
 def test_conformance_command_runs_both_levels_and_writes_json(tmp_path):
     out_file = tmp_path / "out.json"
@@ -73,3 +75,20 @@ def test_a_broker_that_cannot_be_opened_is_one_line_before_anything_runs(tmp_pat
     assert len(lines) == 1 and lines[0].startswith("ackwise conformance: cannot open"), lines
     assert "does not exist" in lines[0]
     assert "level 1" not in proc.stdout and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("scale", "expected"),
+    [("0", "expected a number > 0"), ("0.5", "expected 1 or more"), ("-1", "expected a number")],
+)
+def test_a_time_scale_below_one_is_one_line_naming_the_rule(scale: str, expected: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ackwise", "conformance", "memory://x", "--time-scale", scale],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], lines
+    assert "leases must be 0s" not in lines[0]

@@ -168,6 +168,11 @@ def _time_scale(url: str, asked: float | None) -> float:
                 flush=True,
             )
         return needed
+    if asked < 1.0:
+        raise SystemExit(
+            f"ackwise conformance: --time-scale {asked:g}: expected 1 or more (the scenarios' "
+            "timings are the shortest they can be at 1; a scale only lengthens them)"
+        )
     if asked < needed:
         raise SystemExit(
             f"ackwise conformance: --time-scale {asked:g} is too short for {adapter.name}: its "
