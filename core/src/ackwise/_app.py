@@ -116,9 +116,12 @@ class TaskContext:
 
 @dataclass(frozen=True)
 class Signature:
-    """A task call not yet sent; see :meth:`App.send_many`."""
+    """A task call not yet sent; see :meth:`App.send_many`.
 
-    task: Task[..., Any]
+    ``task`` is a task of the app, or a task's name (:meth:`App.signature`).
+    """
+
+    task: Task[..., Any] | str
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
@@ -187,24 +190,9 @@ class Task(Generic[P, R]):
         :raises NotSerializable: an argument or header is not JSON; nothing was published.
         :raises InvalidSchedule: negative countdown, naive eta, or both given.
         """
-        app = self.app
-        with _tracing.send_span(app.broker.scheme, queue or self.queue) as span:
-            if span is not None:
-                headers = {**(headers or {}), **span.headers}
-            q, out = app._prepare(
-                self,
-                args,
-                kwargs,
-                countdown=countdown,
-                eta=eta,
-                queue=queue,
-                headers=headers,
-                id=id,
-            )
-            app._publish(q, [out])
-            if span is not None:
-                span.sent([out.id])
-        return out.id
+        return self.app._send_one(
+            self, args, kwargs, countdown=countdown, eta=eta, queue=queue, headers=headers, id=id
+        )
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """Return a signature of this call, for :meth:`App.send_many`."""
@@ -429,9 +417,76 @@ class App:
                 span.sent(ids)
         return ids
 
+    def send(
+        self,
+        task: str,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        countdown: float | None = None,
+        eta: dt.datetime | None = None,
+        queue: str | None = None,
+        headers: dict[str, Any] | None = None,
+        id: str | None = None,
+    ) -> str:
+        """Send a task by name, without importing it; return the message id.
+
+        The name is checked only as a message's task name: whether a worker knows the task is
+        the worker's to decide (``--unknown-task-delay``).  The queue is ``queue``, else the
+        queue of the task of that name if this app has one, else the app's default queue.
+        The other options are :meth:`Task.apply_async`'s.
+
+        :raises PublishError: an invalid task or queue name; nothing was published.
+        :raises NotSerializable: an argument or header is not JSON; nothing was published.
+        """
+        return self._send_one(
+            task, args, kwargs, countdown=countdown, eta=eta, queue=queue, headers=headers, id=id
+        )
+
+    def _send_one(
+        self,
+        task: Task[..., Any] | str,
+        args: Sequence[Any] | None,
+        kwargs: dict[str, Any] | None,
+        *,
+        headers: dict[str, Any] | None,
+        queue: str | None,
+        **options: Any,
+    ) -> str:
+        """Check, trace and publish one call (:meth:`send`, :meth:`Task.apply_async`)."""
+        _, default_queue = self._target(task)
+        with _tracing.send_span(self._broker.scheme, queue or default_queue) as span:
+            if span is not None:
+                headers = {**(headers or {}), **span.headers}
+            q, out = self._prepare(task, args, kwargs, queue=queue, headers=headers, **options)
+            self._publish(q, [out])
+            if span is not None:
+                span.sent([out.id])
+        return out.id
+
+    def signature(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> Signature:
+        """A call of the task named ``task``, for :meth:`send_many`; ``options`` are
+        :meth:`send`'s (``countdown``, ``eta``, ``queue``, ``headers``, ``id``)."""
+        self._target(task)
+        return Signature(task, tuple(args), dict(kwargs or {}), options)
+
+    def _target(self, task: Task[..., Any] | str) -> tuple[str, str]:
+        """The task's name and its default queue (a name this app does not know: the app's)."""
+        if isinstance(task, Task):
+            return task.name, task.queue
+        name = _envelope.check_task_name(task)
+        known = self.tasks.get(name)
+        return name, known.queue if known is not None else self.default_queue
+
     def _prepare(
         self,
-        task: Task[..., Any],
+        task: Task[..., Any] | str,
         args: Sequence[Any] | None,
         kwargs: dict[str, Any] | None,
         *,
@@ -441,21 +496,22 @@ class App:
         headers: dict[str, Any] | None = None,
         id: str | None = None,
     ) -> tuple[str, Outgoing]:
+        name, default_queue = self._target(task)
         args = list(args) if args is not None else []
         kwargs = dict(kwargs) if kwargs is not None else {}
         if args:
-            _envelope.check_json(task.name, "args", args)
+            _envelope.check_json(name, "args", args)
         if kwargs:
-            _envelope.check_json(task.name, "kwargs", kwargs)
+            _envelope.check_json(name, "kwargs", kwargs)
         if headers:
-            _envelope.check_json(task.name, "headers", headers)
+            _envelope.check_json(name, "headers", headers)
         created = time.time()
-        delay = schedule_delay(task.name, countdown, eta, created)
-        q = check_queue_name(queue) if queue is not None else task.queue
+        delay = schedule_delay(name, countdown, eta, created)
+        q = check_queue_name(queue) if queue is not None else default_queue
         env = _envelope.Envelope(
             v=_envelope.ENVELOPE_VERSION,
             id=id or _envelope.new_id(),
-            task=task.name,
+            task=name,
             args=args,
             kwargs=kwargs,
             queue=q,
@@ -464,7 +520,7 @@ class App:
             headers=headers or {},
         )
         body = _envelope.encode(env)
-        check_publish(task.name, self._adapter_cls.capabilities, self._broker.scheme, body, delay)
+        check_publish(name, self._adapter_cls.capabilities, self._broker.scheme, body, delay)
         return q, Outgoing(env.id, body, delay)
 
     def _publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
@@ -522,8 +578,9 @@ class App:
                     "give the arguments either in the signature (task.s(...)) or as "
                     "args=/kwargs=, not both"
                 )
-            resolved, args, kwargs = task.task, task.args, task.kwargs
-        elif isinstance(task, Task):
+            sig = task
+            task, args, kwargs = sig.task, sig.args, sig.kwargs
+        if isinstance(task, Task):
             resolved = task
         elif isinstance(task, str) and task in self.tasks:
             resolved = self.tasks[task]

@@ -26,6 +26,7 @@ __all__ = [
     "Envelope",
     "check_json",
     "check_queue_name",
+    "check_task_name",
     "decode",
     "encode",
 ]
@@ -186,6 +187,28 @@ def _fail(
 
 def now() -> float:
     return time.time()
+
+
+#: Longest task name a message may carry.
+MAX_TASK_NAME = 255
+
+
+def check_task_name(name: object) -> str:
+    """Return ``name`` if a message may carry it as its task, else raise a clear error.
+
+    Whether a worker knows the task is the worker's to decide (``--unknown-task-delay``).
+    """
+    if (
+        not isinstance(name, str)
+        or not 0 < len(name) <= MAX_TASK_NAME
+        or not name.isprintable()
+        or name != name.strip()
+    ):
+        raise PublishError(
+            f"invalid task name {name!r}: expected a string of 1-{MAX_TASK_NAME} printable "
+            "characters without leading or trailing spaces, e.g. 'billing.charge'"
+        )
+    return name
 
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,80}$")
