@@ -4,12 +4,14 @@ from ackwise._app import TRANSIENT_ERRORS, App, Retry, RetryPolicy, Signature, T
 from ackwise._beat import Beat, BeatConfig
 from ackwise._envelope import ENVELOPE_VERSION, Attempt, Envelope
 from ackwise._envelope import decode as decode_envelope
+from ackwise._handle import TaskHandle
 from ackwise._hookspecs import hookimpl
 from ackwise._idempotency import ClaimResult, IdempotencyStore, KeyState
 from ackwise._locks import Claim, LeaderLock, Leadership, LockInfo
-from ackwise._plugins import Plugins, get_plugins, open_adapter, open_lock
+from ackwise._plugins import Plugins, get_plugins, open_adapter, open_lock, open_result_store
 from ackwise._plugins import open_store as open_idempotency_store
 from ackwise._registries import AdapterRegistry, LockRegistry
+from ackwise._results import ResultState, ResultStore, TaskResult
 from ackwise._schedule import Cron, Interval, Periodic, Schedule
 from ackwise._semantics import (
     Ack,
@@ -79,6 +81,8 @@ __all__ = [
     "Plugins",
     "QueueSpec",
     "QueueStats",
+    "ResultState",
+    "ResultStore",
     "Retry",
     "RetryMessage",
     "RetryPolicy",
@@ -87,6 +91,8 @@ __all__ = [
     "Signature",
     "Task",
     "TaskContext",
+    "TaskHandle",
+    "TaskResult",
     "Worker",
     "WorkerConfig",
     "__version__",
@@ -97,6 +103,7 @@ __all__ = [
     "open_adapter",
     "open_idempotency_store",
     "open_lock",
+    "open_result_store",
     "redact_url",
     "settle",
 ]

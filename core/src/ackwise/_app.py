@@ -15,8 +15,10 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from ackwise import _envelope, _tracing
 from ackwise._envelope import check_queue_name
-from ackwise._plugins import Plugins, get_plugins
+from ackwise._handle import TaskHandle
+from ackwise._plugins import Plugins, get_plugins, open_result_store
 from ackwise._policy import check_publish, schedule_delay
+from ackwise._results import RESULT_TTL, ResultStore
 from ackwise._schedule import Periodic, declare, make_schedule
 from ackwise._semantics import Ack
 from ackwise._spi import Adapter, BrokerURL, Outgoing, QueueSpec
@@ -145,8 +147,12 @@ class Task(Generic[P, R]):
         time_limit: float | None = None,
         soft_time_limit: float | None = None,
         idempotency_key: Callable[..., str] | None = None,
+        store_results: bool | None = None,
+        track_started: bool = False,
     ) -> None:
         self.app = app
+        self._store_results = store_results
+        self.track_started = track_started
         self.fn = fn
         self.name = name
         self.ack = ack
@@ -165,11 +171,16 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Task {self.name} ack={self.ack.value} queue={self.queue}>"
 
+    @property
+    def store_results(self) -> bool:
+        """Whether workers store what this task returns (the task's setting, else the app's)."""
+        return self.app.store_results if self._store_results is None else self._store_results
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
-    def delay(self, *args: P.args, **kwargs: P.kwargs) -> str:
-        """Send the task with these arguments; return the message id."""
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        """Send the task with these arguments; return its handle (the message id)."""
         return self.apply_async(args, kwargs)
 
     def apply_async(
@@ -182,8 +193,8 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         headers: dict[str, Any] | None = None,
         id: str | None = None,
-    ) -> str:
-        """Send the task; return the message id.
+    ) -> TaskHandle:
+        """Send the task; return its handle (a ``str``: the message id; see docs/results.md).
 
         :param countdown: seconds from now before it may run (``>= 0``).
         :param eta: an aware datetime before which it does not run (not with ``countdown``).
@@ -198,7 +209,7 @@ class Task(Generic[P, R]):
         """Return a signature of this call, for :meth:`App.send_many`."""
         return Signature(self, args, kwargs)
 
-    def map(self, calls: Iterable[Sequence[Any]]) -> list[str]:
+    def map(self, calls: Iterable[Sequence[Any]]) -> list[TaskHandle]:
         """Send one message per argument tuple, batched per queue; return the ids."""
         return self.app.send_many(Signature(self, tuple(a)) for a in calls)
 
@@ -220,6 +231,9 @@ class App:
         default_queue: str = "default",
         plugins: Plugins | None = None,
         idempotency_store: str | None = None,
+        result_store: str | None = None,
+        store_results: bool = False,
+        result_ttl: float = RESULT_TTL,
     ) -> None:
         self.name = name
         self.broker_url = broker or os.environ.get("ACKWISE_BROKER_URL") or DEFAULT_BROKER
@@ -235,6 +249,20 @@ class App:
             if self.plugins.adapters.idempotency_store(parsed.scheme) is not None
             else None
         )
+        #: Where task results live: the given URL, else the broker's own store if its adapter
+        #: provides one (SQLite: the same file; memory: in-process; Redis: the same server).
+        self.result_store_url: str | None = result_store or (
+            self.broker_url
+            if self.plugins.adapters.result_store(parsed.scheme) is not None
+            else None
+        )
+        if not (isinstance(result_ttl, int | float) and result_ttl > 0):
+            raise ConfigurationError(
+                f"result_ttl must be a number of seconds > 0, got {result_ttl!r}"
+            )
+        self.store_results = bool(store_results)
+        self.result_ttl = float(result_ttl)
+        self._results: ResultStore | None = None
         self.default_queue = check_queue_name(default_queue)
         self.tasks: dict[str, Task[..., Any]] = {}
         self._schedules: dict[str, Periodic] = {}
@@ -289,6 +317,8 @@ class App:
         time_limit: float | None = None,
         soft_time_limit: float | None = None,
         idempotency_key: Callable[..., str] | None = None,
+        store_results: bool | None = None,
+        track_started: bool = False,
         **options: Any,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a task.  Usable bare (``@app.task``) or with options.
@@ -302,6 +332,9 @@ class App:
         :param soft_time_limit: seconds after which SoftTimeLimitExceeded is raised in the task.
         :param idempotency_key: called with the task's arguments, returns the key under which
             the call has one effect (see docs/idempotency.md).
+        :param store_results: store what it returns, or why it failed (default: the app's
+            ``store_results``); see docs/results.md.
+        :param track_started: also record ``started`` when it starts (one more write a task).
         """
         if idempotency_key is not None and not callable(idempotency_key):
             raise ConfigurationError(
@@ -359,6 +392,8 @@ class App:
                 time_limit=float(time_limit) if time_limit is not None else None,
                 soft_time_limit=float(soft_time_limit) if soft_time_limit is not None else None,
                 idempotency_key=idempotency_key,
+                store_results=store_results,
+                track_started=bool(track_started),
             )
             self.tasks[task_name] = t
             return t
@@ -385,21 +420,42 @@ class App:
         return self._broker
 
     def close(self) -> None:
-        """Close the producer connection."""
+        """Close the producer connection and the result store."""
         with self._lock:
             if self._producer is not None:
                 self._producer.close()
                 self._producer = None
                 self._declared.clear()
+            if self._results is not None:
+                self._results.close()
+                self._results = None
+
+    def results(self) -> ResultStore:
+        """The app's result store, opened on first use (docs/results.md).
+
+        :raises ConfigurationError: the app has none (set ``App(result_store=URL)``).
+        """
+        with self._lock:
+            if self._results is None:
+                if self.result_store_url is None:
+                    raise ConfigurationError(
+                        f"app {self.name!r} has no result store: broker {self._broker.scheme}:// "
+                        f"keeps none; set App(result_store=URL) (known schemes: "
+                        f"{', '.join(self.plugins.adapters.result_schemes())})"
+                    )
+                self._results = open_result_store(
+                    self.result_store_url, self.plugins, ttl=self.result_ttl
+                )
+            return self._results
 
     # -- publishing ------------------------------------------------------------------------
-    def send_many(self, calls: Iterable[Signature]) -> list[str]:
-        """Send many task calls, one broker round trip per queue; return the message ids.
+    def send_many(self, calls: Iterable[Signature]) -> list[TaskHandle]:
+        """Send many task calls, one broker round trip per queue; return their handles.
 
         Every call is checked before anything is published: one bad argument publishes none.
         """
         by_queue: dict[str, list[Outgoing]] = {}
-        ids: list[str] = []
+        ids: list[TaskHandle] = []
         with _tracing.send_span(self._broker.scheme, None) as span:
             for sig in calls:
                 options = sig.options
@@ -410,7 +466,7 @@ class App:
                     }
                 q, out = self._prepare(sig.task, sig.args, sig.kwargs, **options)
                 by_queue.setdefault(q, []).append(out)
-                ids.append(out.id)
+                ids.append(self._handle(out.id, sig.task))
             for q, outs in by_queue.items():
                 self._publish(q, outs)
             if span is not None:
@@ -428,8 +484,8 @@ class App:
         queue: str | None = None,
         headers: dict[str, Any] | None = None,
         id: str | None = None,
-    ) -> str:
-        """Send a task by name, without importing it; return the message id.
+    ) -> TaskHandle:
+        """Send a task by name, without importing it; return its handle (the message id).
 
         The name is checked only as a message's task name: whether a worker knows the task is
         the worker's to decide (``--unknown-task-delay``).  The queue is ``queue``, else the
@@ -452,7 +508,7 @@ class App:
         headers: dict[str, Any] | None,
         queue: str | None,
         **options: Any,
-    ) -> str:
+    ) -> TaskHandle:
         """Check, trace and publish one call (:meth:`send`, :meth:`Task.apply_async`)."""
         _, default_queue = self._target(task)
         with _tracing.send_span(self._broker.scheme, queue or default_queue) as span:
@@ -462,7 +518,12 @@ class App:
             self._publish(q, [out])
             if span is not None:
                 span.sent([out.id])
-        return out.id
+        return self._handle(out.id, task)
+
+    def _handle(self, message_id: str, task: Task[..., Any] | str) -> TaskHandle:
+        known = task if isinstance(task, Task) else self.tasks.get(task)
+        name = task if isinstance(task, str) else task.name
+        return TaskHandle(message_id, self, name, known.store_results if known else None)
 
     def signature(
         self,

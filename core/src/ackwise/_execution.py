@@ -18,9 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ackwise import _envelope, _tracing
 from ackwise._app import TaskContext
-from ackwise.errors import ConfigurationError, SoftTimeLimitExceeded
+from ackwise.errors import ConfigurationError, NotSerializable, SoftTimeLimitExceeded
 
 if TYPE_CHECKING:
     from ackwise._app import App, Task
@@ -52,6 +54,8 @@ class Result:
     retry_delay: float | None = None
     error: str | None = None
     traceback: str | None = None
+    #: What the task returned, as JSON text (tasks that store results only).
+    value: str | None = None
 
     def to_wire(self) -> list[Any]:
         return [
@@ -61,11 +65,12 @@ class Result:
             self.retry_delay,
             self.error,
             self.traceback,
+            self.value,
         ]
 
     @classmethod
     def from_wire(cls, raw: list[Any]) -> Result:
-        return cls(raw[0], raw[1], raw[2], raw[3], raw[4], raw[5])
+        return cls(*raw[:7])
 
 
 class Runner:
@@ -91,9 +96,10 @@ class Runner:
                 )
                 args = [ctx, *args]
             if _tracing.active():
-                self._call_traced(task, args, env, job.attempt)
+                returned = self._call_traced(task, args, env, job.attempt)
             else:
-                self._call(task, args, env.kwargs)
+                returned = self._call(task, args, env.kwargs)
+            value = _json_value(task.name, returned) if task.store_results else None
         except BaseException as exc:
             duration = time.perf_counter() - start
             retry_delay: float | None = None
@@ -108,22 +114,21 @@ class Runner:
                 describe(exc),
                 _format_traceback(exc),
             )
-        return Result(job.job_id, OK, time.perf_counter() - start)
+        return Result(job.job_id, OK, time.perf_counter() - start, value=value)
 
-    def _call(self, task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> None:
+    def _call(self, task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
         soft = task.soft_time_limit
         if task.is_async:
             coro = task.fn(*args, **kwargs)
-            self._run_async(_soft_limited(coro, soft) if soft else coro)
-        elif soft:
+            return self._run_async(_soft_limited(coro, soft) if soft else coro)
+        if soft:
             with _soft_limit(soft):
-                task.fn(*args, **kwargs)
-        else:
-            task.fn(*args, **kwargs)
+                return task.fn(*args, **kwargs)
+        return task.fn(*args, **kwargs)
 
     def _call_traced(
         self, task: Task[..., Any], args: list[Any], env: _envelope.Envelope, attempt: int
-    ) -> None:
+    ) -> Any:
         with _tracing.process_span(
             scheme=self.app.broker.scheme,
             queue=env.queue,
@@ -134,11 +139,12 @@ class Runner:
             headers=env.headers,
         ) as span:
             try:
-                self._call(task, args, env.kwargs)
+                returned = self._call(task, args, env.kwargs)
             except BaseException as exc:
                 _tracing.finish(span, "failed", exc)
                 raise
             _tracing.finish(span, "succeeded")
+            return returned
 
     def _run_async(self, coro: Any) -> Any:
         if self._loop is None:
@@ -149,6 +155,20 @@ class Runner:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
+
+
+def _json_value(task: str, value: Any) -> str:
+    """The return value as JSON text, or :class:`NotSerializable` naming what is not JSON
+    (the task then fails: its result could not be stored)."""
+    if value is not None:
+        try:
+            _envelope.check_json(task, "value", value)
+        except NotSerializable as exc:
+            raise TypeError(
+                f"{task} returned {exc.path} of type {exc.type_name}, which is not JSON: its "
+                "result cannot be stored (return str, int, float, bool, None, list or dict)"
+            ) from None
+    return msgspec.json.encode(value).decode()
 
 
 def _format_traceback(exc: BaseException) -> str:

@@ -35,6 +35,7 @@ from ackwise.errors import ConfigurationError
 if TYPE_CHECKING:
     from ackwise._idempotency import IdempotencyStore
     from ackwise._locks import LeaderLock
+    from ackwise._results import ResultStore
     from ackwise._spi import Adapter
 
 log = logging.getLogger(__name__)
@@ -193,5 +194,24 @@ def open_store(url: str, plugins: Plugins | None = None) -> IdempotencyStore:
             f"{', '.join(registry.idempotency_schemes())}; set App(idempotency_store=URL)"
         )
     store: IdempotencyStore = cls(parsed)
+    store.open()
+    return store
+
+
+def open_result_store(
+    url: str, plugins: Plugins | None = None, *, ttl: float | None = None
+) -> ResultStore:
+    """Build and open the result store for ``url`` (schemes come from plugins)."""
+    from ackwise._spi import BrokerURL
+
+    parsed = BrokerURL.parse(url)
+    registry = (plugins or get_plugins()).adapters
+    cls = registry.result_store(parsed.scheme)
+    if cls is None:
+        raise ConfigurationError(
+            f"no result store for {parsed.scheme!r} URLs; known: "
+            f"{', '.join(registry.result_schemes())}; set App(result_store=URL)"
+        )
+    store: ResultStore = cls(parsed) if ttl is None else cls(parsed, ttl=ttl)
     store.open()
     return store

@@ -155,6 +155,7 @@ class AdapterRegistry(_Registry[AdapterEntry]):
     def __init__(self) -> None:
         super().__init__()
         self._stores: dict[str, tuple[str, str]] = {}  # scheme -> (import path, plugin)
+        self._results: dict[str, tuple[str, str]] = {}
 
     def add_idempotency_store(self, scheme: str, import_path: str) -> None:
         """Register an :class:`ackwise.IdempotencyStore` class for ``scheme://`` URLs (lazy)."""
@@ -182,6 +183,33 @@ class AdapterRegistry(_Registry[AdapterEntry]):
 
     def idempotency_schemes(self) -> list[str]:
         return sorted(self._stores)
+
+    def add_result_store(self, scheme: str, import_path: str) -> None:
+        """Register an :class:`ackwise.ResultStore` class for ``scheme://`` URLs (lazy)."""
+        scheme = scheme.lower()
+        if scheme in self._results:
+            raise ConfigurationError(
+                f"result store scheme {scheme!r} is registered twice: by "
+                f"{self._results[scheme][1]} and by {self._current_plugin}"
+            )
+        self._results[scheme] = (import_path, self._current_plugin)
+
+    def result_store(self, scheme: str) -> type[Any] | None:
+        """The result store class for ``scheme``, or ``None`` when no plugin provides one."""
+        entry = self._results.get(scheme.lower())
+        if entry is None:
+            return None
+        module_name, _, attr = entry[0].partition(":")
+        try:
+            cls: type[Any] = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigurationError(
+                f"result store for {scheme!r} ({entry[0]}) cannot be imported: {exc}"
+            ) from exc
+        return cls
+
+    def result_schemes(self) -> list[str]:
+        return sorted(self._results)
 
     def get(self, scheme: str) -> AdapterEntry:
         """Return the entry for ``scheme``; raise :class:`UnknownBrokerScheme` naming the fix."""

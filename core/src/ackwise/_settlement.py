@@ -3,7 +3,9 @@
 :class:`Settler` turns each :data:`Settlement` into adapter calls (``ack_before_start``,
 ``ack``, ``nack``, ``publish`` of a retry, ``dead_letter`` / ``publish_dead``), keeps the late
 acks of successes that wait to share one broker call, writes the attempt history a retry or
-a dead letter carries, reports stale receipts and emits the events of all of it.
+a dead letter carries, reports stale receipts and emits the events of all of it.  For tasks
+that store results it writes each final record first: a success's with its pending ack (the
+results, then the acks), a dead letter's before the dead-letter call (docs/results.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ackwise import _envelope
 from ackwise._events import DeadLettered, Events, Lost, Retried, Returned, Stale
 from ackwise._execution import Result
 from ackwise._held import Held, WorkerCounters
+from ackwise._results import ResultState, ResultStore, TaskResult
 from ackwise._semantics import (
     AckMessage,
     DeadLetterMessage,
@@ -65,8 +68,13 @@ class Settler:
         *,
         batch: int = 1,
         push_window: bool = False,
+        results: ResultStore | None = None,
     ) -> None:
         self.adapter = adapter
+        #: Where the records of tasks that store results go (``None``: no task does).
+        self.results = results
+        #: Records of successes whose acks are pending: written before those acks.
+        self.pending_results: list[TaskResult] = []
         self.events = events
         self.counters = counters
         self.worker_id = worker_id
@@ -119,7 +127,7 @@ class Settler:
         outcome: Outcome,
         *,
         label: str,
-        error: Result | None = None,
+        result: Result | None = None,
         retry_delay: float | None = None,
         reason: str | None = None,
         detail: str | None = None,
@@ -133,14 +141,22 @@ class Settler:
             retry_delay=retry_delay,
             reason=reason,
         )
+        if self.results is not None and h.task.store_results:
+            record = _record(h, outcome, decision, result, detail)
+            if record is None:
+                pass
+            elif isinstance(decision, AckMessage) and decision.batch:
+                self.pending_results.append(record)  # written with the ack (flush)
+            else:
+                self.results.put([record])
         self.carry_out(
             decision,
             h.delivery,
             h.task.name,
             h.envelope,
             label=label,
-            error=error.error if error else detail,
-            traceback=error.traceback if error else None,
+            error=result.error if result else detail,
+            traceback=result.traceback if result else None,
         )
 
     def ack_starting(self, batch: Sequence[Held]) -> tuple[set[int], set[int]]:
@@ -281,7 +297,12 @@ class Settler:
             self.flush()
 
     def flush(self, keep: int = 0) -> None:
-        """Send the pending late acks but the last ``keep``, which stay pending."""
+        """Send the pending late acks but the last ``keep``, which stay pending; every
+        pending result is written first."""
+        if self.pending_results:
+            assert self.results is not None
+            self.results.put(self.pending_results)  # raises: kept for after reconnecting
+            self.pending_results = []
         if not self.pending:
             return
         cut = len(self.pending) - keep
@@ -325,6 +346,42 @@ class Settler:
         self.counters.stale += len(exc.deliveries)
         for d in exc.deliveries:
             self.events.emit(Stale(None, *_where(d), operation=operation))
+
+
+def _record(
+    h: Held, outcome: Outcome, decision: Settlement, result: Result | None, detail: str | None
+) -> TaskResult | None:
+    """The result record a settlement writes, if any: successes, dead letters, losses."""
+    d = h.delivery
+
+    def record(state: ResultState, **fields: str | None) -> TaskResult:
+        return TaskResult(
+            id=d.message_id,
+            state=state.value,
+            task=h.task.name,
+            attempt=d.attempt,
+            at=time.time(),
+            **fields,
+        )
+
+    if outcome is Outcome.SUCCEEDED:
+        return record(ResultState.SUCCEEDED, value=result.value if result is not None else None)
+    text = result.error if result is not None else detail
+    trace = result.traceback if result is not None else None
+    if isinstance(decision, DeadLetterMessage):
+        if decision.reason == "failed":
+            return record(ResultState.FAILED, error=text or "failed", traceback=trace)
+        return record(
+            ResultState.DEAD, error=text or decision.reason, traceback=trace, reason=decision.reason
+        )
+    if isinstance(decision, LostMessage):
+        return record(
+            ResultState.DEAD,
+            error=f"lost: acked before it started (Ack.EARLY) and did not complete "
+            f"({decision.reason})",
+            reason="lost",
+        )
+    return None
 
 
 def _where(d: Delivery) -> tuple[str, str, int]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -106,7 +106,7 @@ class ProducerSpan:
         #: ``traceparent`` (and ``tracestate``) of this span, for the envelope's headers.
         self.headers = headers
 
-    def sent(self, message_ids: list[str]) -> None:
+    def sent(self, message_ids: Sequence[str]) -> None:
         if len(message_ids) == 1:
             self.span.set_attribute("messaging.message.id", message_ids[0])
         else:

@@ -43,6 +43,7 @@ from ackwise._executors import Completion, Executor, PreforkExecutor, ThreadExec
 from ackwise._held import Held, WorkerCounters
 from ackwise._intake import Intake
 from ackwise._policy import WorkerConfig, max_auto_prefetch
+from ackwise._results import ResultState, TaskResult
 from ackwise._semantics import Outcome
 from ackwise._settlement import Settler, whole_batches
 from ackwise._spi import Adapter, LeaseExtension
@@ -179,6 +180,8 @@ class Worker:
         :raises BrokerUnavailable: the broker stayed unreachable for ``broker_timeout``.
         """
         cfg = self.config
+        if any(t.store_results for t in self.app.tasks.values()):
+            self.settler.results = self.app.results()  # no store: one clear error, now
         if not self.connection.open(lambda: bool(self._stop_requested), self._pause):
             log.info("worker %s stopped before the broker could be reached", self.worker_id)
             return 0
@@ -394,6 +397,8 @@ class Worker:
             self._buffer.extendleft(reversed(batch if claiming is None else [*batch, claiming]))
             raise
         now = time.time()
+        if self.settler.results is not None:
+            self._record_started([h for h in batch if id(h.delivery) not in stale_ids], now)
         for h in batch:
             if id(h.delivery) in stale_ids:
                 self.claims.done(h, completed=False)  # not run here: its key is free again
@@ -409,6 +414,23 @@ class Worker:
                 self.events.emit(Started(h.task.name, d.message_id, d.queue, d.attempt, due))
             receipt = repr(d.receipt) if h.task.bind else ""
             executor.submit(Job(h.job_id, d.attempt, d.body, receipt))
+
+    def _record_started(self, batch: Sequence[Held], now: float) -> None:
+        """Write ``started`` for the tasks that track it (``track_started``)."""
+        assert self.settler.results is not None
+        records = [
+            TaskResult(
+                id=h.delivery.message_id,
+                state=ResultState.STARTED.value,
+                task=h.task.name,
+                attempt=h.delivery.attempt,
+                at=now,
+            )
+            for h in batch
+            if h.task.track_started and h.task.store_results
+        ]
+        if records:
+            self.settler.results.put(records)
 
     def _return_buffer(self) -> None:
         """Graceful stop: give every prefetched, unstarted message back at once."""
@@ -469,7 +491,7 @@ class Worker:
                 # Held until settled: an early-acked message is at the broker again only
                 # once its retry is published.
                 self.settler.settle_held(
-                    h, Outcome.FAILED, label="failed", error=result, retry_delay=result.retry_delay
+                    h, Outcome.FAILED, label="failed", result=result, retry_delay=result.retry_delay
                 )
             finally:
                 del self._running[job_id]
@@ -483,7 +505,7 @@ class Worker:
             self.events.emit(
                 Succeeded(task.name, d.message_id, d.queue, d.attempt, result.duration)
             )
-        self.settler.settle_held(h, Outcome.SUCCEEDED, label="succeeded")
+        self.settler.settle_held(h, Outcome.SUCCEEDED, label="succeeded", result=result)
 
     def _executor_lost(self, job_id: int, reason: str) -> None:
         reason = self._kill_reason.pop(job_id, reason)

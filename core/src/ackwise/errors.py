@@ -54,6 +54,7 @@ __all__ = [
     "QueueNotFound",
     "SoftTimeLimitExceeded",
     "StaleReceipt",
+    "TaskFailed",
     "TransientAdapterError",
     "UnknownBrokerScheme",
     "UnknownEnvelopeVersion",
@@ -133,6 +134,28 @@ class DecodeError(EnvelopeError):
 
 class UnknownEnvelopeVersion(EnvelopeError):
     """The envelope was written by a newer (or unknown) envelope version."""
+
+
+class TaskFailed(AckwiseError):
+    """A task whose result was asked for failed or was dead-lettered (``handle.get()``).
+
+    ``state`` is ``failed`` or ``dead``; ``error`` the task's error (or why it is dead),
+    ``traceback`` the task's traceback where it raised, ``reason`` the dead-letter reason.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        message_id: str,
+        state: str,
+        error: str | None,
+        traceback: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self.task, self.message_id, self.state = task, message_id, state
+        self.error, self.traceback, self.reason = error, traceback, reason
+        why = error or reason or "no detail"
+        super().__init__(f"task {task} ({message_id}) {state}: {why}")
 
 
 class UnknownTask(AckwiseError, LookupError):

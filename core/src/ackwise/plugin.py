@@ -17,6 +17,8 @@ def ackwise_register_adapters(registry: AdapterRegistry) -> None:
     registry.add_idempotency_store("sqlite", "ackwise._idempotency:SQLiteIdempotencyStore")
     registry.add_idempotency_store("postgresql", "ackwise._idempotency:PostgresIdempotencyStore")
     registry.add_idempotency_store("postgres", "ackwise._idempotency:PostgresIdempotencyStore")
+    registry.add_result_store("memory", "ackwise._results:MemoryResultStore")
+    registry.add_result_store("sqlite", "ackwise._results:SQLiteResultStore")
 
 
 @hookimpl

@@ -84,17 +84,7 @@ class Link:
                 socket_timeout=min(s.socket_timeout, self.timeout),
                 socket_connect_timeout=min(s.socket_connect_timeout, self.timeout),
             )
-        kwargs = s.connection_kwargs()
-        kwargs["retry"] = Retry(NoBackoff(), 0)
-        kwargs["protocol"] = 2
-        cls: Any
-        if s.scheme == "unix":
-            cls = redis.UnixDomainSocketConnection
-        elif s.scheme == "rediss":
-            cls = redis.SSLConnection
-        else:
-            cls = redis.Connection
-        conn = cls(**kwargs)
+        conn = _connection_class(s)(**_connection_kwargs(s))
         try:
             with self.errors():
                 conn.connect()
@@ -105,6 +95,13 @@ class Link:
             raise
         self._conn, self._generation = conn, fork_generation()
         return conn
+
+    def client(self) -> Any:
+        """A redis-py client of its own (a pool of one connection class, as this link's),
+        for what cannot share the link's one connection: a pub/sub subscription."""
+        s = self.settings
+        pool = redis.ConnectionPool(connection_class=_connection_class(s), **_connection_kwargs(s))
+        return redis.Redis(connection_pool=pool)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -136,3 +133,18 @@ class Link:
             # A late reply must never be read as the answer to the next command.
             conn.disconnect()
             raise
+
+
+def _connection_class(s: RedisSettings) -> Any:
+    if s.scheme == "unix":
+        return redis.UnixDomainSocketConnection
+    if s.scheme == "rediss":
+        return redis.SSLConnection
+    return redis.Connection
+
+
+def _connection_kwargs(s: RedisSettings) -> dict[str, Any]:
+    kwargs = s.connection_kwargs()
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    kwargs["protocol"] = 2
+    return kwargs

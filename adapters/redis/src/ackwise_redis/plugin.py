@@ -1,4 +1,4 @@
-"""Registers the Redis adapter, leader lock and idempotency store: names the classes by import path, imports no driver."""
+"""Registers the Redis adapter, leader lock, idempotency and result stores: names the classes by import path, imports no driver."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from ackwise import AdapterRegistry, LockRegistry, hookimpl
 _ADAPTER = "ackwise_redis._adapter:RedisAdapter"
 _LOCK = "ackwise_redis._lock:RedisLeaderLock"
 _IDEMPOTENCY = "ackwise_redis._idempotency:RedisIdempotencyStore"
+_RESULTS = "ackwise_redis._results:RedisResultStore"
 
 
 @hookimpl
@@ -14,6 +15,7 @@ def ackwise_register_adapters(registry: AdapterRegistry) -> None:
     for scheme in ("redis", "rediss", "unix"):
         registry.add(scheme, _ADAPTER, distribution="ackwise-redis")
         registry.add_idempotency_store(scheme, _IDEMPOTENCY)
+        registry.add_result_store(scheme, _RESULTS)
 
 
 @hookimpl

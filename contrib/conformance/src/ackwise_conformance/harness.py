@@ -222,7 +222,7 @@ class Harness:
                 self._idempotency_keys[mid] = str(headers["idempotency_key"])
                 self._store_keys.add(f"{task.name}:{headers['idempotency_key']}")
         self.journal.write("publish-ok", ids=ids, keys=list(keys))
-        return ids
+        return [str(i) for i in ids]
 
     def idempotency_key(self, name: str) -> str:
         """A new idempotency key of this run (its prefix, ``name``, a unique part)."""

@@ -1,0 +1,78 @@
+"""The task result store in Redis (``App(result_store="redis://…")``, the default on Redis).
+
+A record is one string ``{<prefix>:result:<id>}`` (JSON) that expires with the store's TTL,
+written by ``lua/result_put.lua`` (a success is never replaced), which also publishes the new
+state on a channel of the key's name: ``wait`` subscribes on a connection of its own, then
+reads, then sleeps until a publish wakes it (no polling).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ackwise import BrokerURL, ResultStore, TaskResult
+from ackwise_redis._connection import Link, load_script
+from ackwise_redis._url import RedisSettings, parse_redis_url
+
+__all__ = ["RedisResultStore"]
+
+_PUT = load_script("result_put")
+
+
+class RedisResultStore(ResultStore):
+    """A :class:`ackwise.ResultStore` in Redis; see the module documentation."""
+
+    scheme = "redis"
+
+    def __init__(self, url: BrokerURL, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        self.settings: RedisSettings = parse_redis_url(url)
+        self._link = Link(self.settings)
+        self._mutex = threading.Lock()  # one connection: one command at a time
+
+    def open(self) -> None:
+        with self._mutex, self._link.errors():
+            self._link.connection()
+
+    def close(self) -> None:
+        with self._mutex:
+            self._link.close()
+
+    def _key(self, message_id: str) -> str:
+        return f"{{{self.settings.prefix}:result:{message_id}}}"
+
+    def put(self, records: Sequence[TaskResult]) -> None:
+        ttl = str(max(1, math.ceil(self.ttl * 1000)))
+        with self._mutex, self._link.errors():
+            for r in records:
+                self._link.eval(_PUT, [self._key(r.id)], [r.to_json(), r.state, ttl])
+
+    def get(self, message_id: str) -> TaskResult | None:
+        with self._mutex, self._link.errors():
+            raw = self._link.command("GET", self._key(message_id))
+        return None if raw is None else TaskResult.from_json(raw)
+
+    def wait(self, message_id: str, timeout: float | None) -> TaskResult | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        key = self._key(message_id)
+        with self._link.errors():
+            client = self._link.client()
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(key)  # before the read: a write in between is heard
+                while True:
+                    record = self.get(message_id)
+                    if record is not None and record.final:
+                        return record
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return record
+                    # At most 1 s at a time: a lost subscription costs a second, not the wait.
+                    pubsub.get_message(timeout=1.0 if left is None else min(left, 1.0))
+            finally:
+                pubsub.close()
+                client.close()

@@ -1,0 +1,281 @@
+"""Task results (docs/results.md): what a task returned, or why it did not, kept for a while.
+
+A task with ``store_results`` has one record per message id in the app's result store:
+
+``started``    it began (``track_started``); replaced by what follows;
+``succeeded``  it returned (the value, JSON); written once: never replaced, so a redelivered
+               execution (its first run's ack lost to a crash) cannot change a stored success;
+``failed``     it raised and was dead-lettered ``failed``;
+``dead``       it was dead-lettered for another reason (``max_deliveries``, ``worker_lost``…)
+               or lost (``Ack.EARLY``); a later run (a replayed dead letter) replaces it.
+
+The worker writes a success before its ack, so a crash in between runs the task again and
+keeps the first value.  Records expire after the store's TTL.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
+
+import msgspec
+
+from ackwise._spi import BrokerURL
+from ackwise._sqlite_file import SQLiteFile, run_schema
+from ackwise.errors import TransientAdapterError
+
+__all__ = [
+    "FINAL",
+    "RESULT_TTL",
+    "MemoryResultStore",
+    "ResultState",
+    "ResultStore",
+    "SQLiteResultStore",
+    "TaskResult",
+]
+
+#: How long a record is kept (seconds) unless the app says otherwise (``result_ttl``).
+RESULT_TTL = 24 * 3600.0
+
+
+class ResultState(enum.Enum):
+    PENDING = "pending"
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+
+
+#: States after which the message is settled (a dead one may still be replayed).
+FINAL = frozenset({ResultState.SUCCEEDED, ResultState.FAILED, ResultState.DEAD})
+
+
+class TaskResult(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+    """One message's record.  ``value`` is the return value as JSON text (``succeeded``)."""
+
+    id: str
+    state: str
+    task: str | None = None
+    value: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+    #: ``dead``: the dead-letter reason.
+    reason: str | None = None
+    attempt: int = 0
+    at: float = 0.0
+
+    @property
+    def status(self) -> ResultState:
+        return ResultState(self.state)
+
+    @property
+    def final(self) -> bool:
+        """Succeeded, failed or dead."""
+        return self.status in FINAL
+
+    def replaces(self, old: TaskResult | None) -> bool:
+        """Whether this record may overwrite ``old``: a success never; a final state not by
+        ``started``."""
+        if old is None:
+            return True
+        if old.status is ResultState.SUCCEEDED:
+            return False
+        return not (self.status is ResultState.STARTED and old.status in FINAL)
+
+    def to_json(self) -> bytes:
+        return _ENCODER.encode(self)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> TaskResult:
+        return _DECODER.decode(raw)
+
+
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(TaskResult)
+
+
+class ResultStore(abc.ABC):
+    """Where task results live.  The worker writes from its loop thread; handles read from
+    any thread of the producer (an implementation guards its connection)."""
+
+    scheme: ClassVar[str] = "?"
+
+    def __init__(self, url: BrokerURL, *, ttl: float = RESULT_TTL) -> None:
+        self.url = url
+        self.ttl = ttl
+
+    @abc.abstractmethod
+    def open(self) -> None: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def put(self, records: Sequence[TaskResult]) -> None:
+        """Store each record where :meth:`TaskResult.replaces` lets it, atomically per record."""
+
+    @abc.abstractmethod
+    def get(self, message_id: str) -> TaskResult | None:
+        """The record of ``message_id``, or ``None`` (none yet, or expired)."""
+
+    def wait(self, message_id: str, timeout: float | None) -> TaskResult | None:
+        """Wait until the record is final, at most ``timeout`` seconds (``None``: for ever);
+        return it, or the latest record (``None`` if there is none) at the timeout.
+
+        This default polls, from every 5 ms up to every 0.2 s; stores that can be told of a
+        write (Redis pub/sub, PostgreSQL LISTEN) wait for it instead.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.005
+        while True:
+            record = self.get(message_id)
+            if record is not None and record.final:
+                return record
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return record
+            time.sleep(pause if left is None else min(pause, left))
+            pause = min(pause * 2, 0.2)
+
+
+# -- in-process ----------------------------------------------------------------------------
+class _MemoryState:
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.records: dict[str, tuple[TaskResult, float]] = {}  # id -> (record, expires)
+
+
+_memory: dict[str, _MemoryState] = {}
+_memory_lock = threading.Lock()
+
+
+class MemoryResultStore(ResultStore):
+    """In-process store for ``memory://`` apps (shared by every store of the same name)."""
+
+    scheme = "memory"
+
+    def open(self) -> None:
+        name = (self.url.host + self.url.path).strip("/") or "default"
+        with _memory_lock:
+            self._state = _memory.setdefault(name, _MemoryState())
+
+    def close(self) -> None:
+        pass
+
+    def put(self, records: Sequence[TaskResult]) -> None:
+        expires = time.time() + self.ttl
+        with self._state.changed:
+            for r in records:
+                if r.replaces(self._current(r.id)):
+                    self._state.records[r.id] = (r, expires)
+            self._state.changed.notify_all()
+
+    def get(self, message_id: str) -> TaskResult | None:
+        with self._state.changed:
+            return self._current(message_id)
+
+    def _current(self, message_id: str) -> TaskResult | None:
+        found = self._state.records.get(message_id)
+        if found is None or found[1] <= time.time():
+            return None
+        return found[0]
+
+    def wait(self, message_id: str, timeout: float | None) -> TaskResult | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._state.changed:
+            while True:
+                record = self._current(message_id)
+                if record is not None and record.final:
+                    return record
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return record
+                self._state.changed.wait(left)
+
+
+# -- SQLite --------------------------------------------------------------------------------
+_SQLITE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ackwise_results (
+    id       TEXT PRIMARY KEY,
+    state    TEXT NOT NULL,
+    record   TEXT NOT NULL,      -- the TaskResult as JSON
+    expires  REAL NOT NULL
+) WITHOUT ROWID
+"""
+
+#: Expired records are deleted at most this often (seconds), by a writer.
+_SWEEP_EVERY = 60.0
+
+
+class SQLiteResultStore(ResultStore):
+    """Results in the SQLite database file of an embedded broker (table ``ackwise_results``).
+
+    ``wait`` polls (SQLite cannot tell another process of a write).
+    """
+
+    scheme = "sqlite"
+    _file: SQLiteFile | None = None
+
+    def open(self) -> None:
+        self._lock = threading.Lock()  # handles read from several producer threads
+        self._swept = 0.0
+        self._file = SQLiteFile(
+            self.url,
+            what="SQLite result store",
+            setup=lambda db: run_schema(db, [_SQLITE_SCHEMA]),
+        )
+        self._file.open()
+
+    def close(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
+
+    def _file_or_fail(self) -> SQLiteFile:
+        if self._file is None:
+            raise TransientAdapterError(f"result store {self.url}: not open")
+        return self._file
+
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._file_or_fail().write()
+
+    def put(self, records: Sequence[TaskResult]) -> None:
+        if not records:
+            return
+        now = time.time()
+        with self._lock, self._tx() as db:
+            for r in records:
+                row = db.execute(
+                    "SELECT record FROM ackwise_results WHERE id = ? AND expires > ?", (r.id, now)
+                ).fetchone()
+                old = TaskResult.from_json(row[0]) if row is not None else None
+                if r.replaces(old):
+                    db.execute(
+                        "INSERT INTO ackwise_results (id, state, record, expires) "
+                        "VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                        "state = excluded.state, record = excluded.record, "
+                        "expires = excluded.expires",
+                        (r.id, r.state, r.to_json().decode(), now + self.ttl),
+                    )
+            if now - self._swept >= _SWEEP_EVERY:
+                self._swept = now
+                db.execute("DELETE FROM ackwise_results WHERE expires <= ?", (now,))
+
+    def get(self, message_id: str) -> TaskResult | None:
+        with self._lock, self._file_or_fail().read() as db:
+            row = db.execute(
+                "SELECT record FROM ackwise_results WHERE id = ? AND expires > ?",
+                (message_id, time.time()),
+            ).fetchone()
+        return TaskResult.from_json(row[0]) if row is not None else None
+
+
+def value_of(record: TaskResult) -> Any:
+    """The return value of a ``succeeded`` record, decoded."""
+    return msgspec.json.decode(record.value) if record.value is not None else None
