@@ -92,3 +92,15 @@ def test_a_time_scale_below_one_is_one_line_naming_the_rule(scale: str, expected
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], lines
     assert "leases must be 0s" not in lines[0]
+
+
+def test_a_case_timeout_that_is_not_positive_is_one_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ackwise", "conformance", "memory://x", "--case-timeout", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert lines == ["ackwise conformance: --case-timeout 0: expected seconds > 0"], lines

@@ -239,3 +239,14 @@ def test_an_app_without_a_result_store_says_how_to_get_one():
 def test_result_ttl_must_be_positive():
     with pytest.raises(ConfigurationError, match="result_ttl"):
         App("r", broker="memory://x", result_ttl=0)
+
+
+def test_forget_deletes_records_now(broker):
+    store = open_result_store(broker)
+    try:
+        a, b = uuid.uuid4().hex, uuid.uuid4().hex
+        store.put([_record(a, ResultState.SUCCEEDED, value="1"), _record(b, ResultState.DEAD)])
+        store.forget([a, b])
+        assert store.get(a) is None and store.get(b) is None
+    finally:
+        store.close()

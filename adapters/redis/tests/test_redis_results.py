@@ -86,3 +86,14 @@ def test_a_worker_on_redis_stores_results_in_the_same_redis(redis_url: str) -> N
             bad.get(timeout=20)
     assert app.result_store_url == redis_url
     app.close()
+
+
+def test_forget_deletes_the_keys(redis_url: str) -> None:
+    store = open_result_store(redis_url)
+    try:
+        mid = uuid.uuid4().hex
+        store.put([_record(mid, ResultState.SUCCEEDED, value="1")])
+        store.forget([mid])
+        assert store.get(mid) is None
+    finally:
+        store.close()

@@ -124,6 +124,10 @@ class ResultStore(abc.ABC):
     def get(self, message_id: str) -> TaskResult | None:
         """The record of ``message_id``, or ``None`` (none yet, or expired)."""
 
+    @abc.abstractmethod
+    def forget(self, message_ids: Sequence[str]) -> None:
+        """Delete these records now (the conformance suite cleans up after itself)."""
+
     def wait(self, message_id: str, timeout: float | None) -> TaskResult | None:
         """Wait until the record is final, at most ``timeout`` seconds (``None``: for ever);
         return it, or the latest record (``None`` if there is none) at the timeout.
@@ -179,6 +183,11 @@ class MemoryResultStore(ResultStore):
     def get(self, message_id: str) -> TaskResult | None:
         with self._state.changed:
             return self._current(message_id)
+
+    def forget(self, message_ids: Sequence[str]) -> None:
+        with self._state.changed:
+            for mid in message_ids:
+                self._state.records.pop(mid, None)
 
     def _current(self, message_id: str) -> TaskResult | None:
         found = self._state.records.get(message_id)
@@ -266,6 +275,10 @@ class SQLiteResultStore(ResultStore):
             if now - self._swept >= _SWEEP_EVERY:
                 self._swept = now
                 db.execute("DELETE FROM ackwise_results WHERE expires <= ?", (now,))
+
+    def forget(self, message_ids: Sequence[str]) -> None:
+        with self._lock, self._tx() as db:
+            db.executemany("DELETE FROM ackwise_results WHERE id = ?", [(m,) for m in message_ids])
 
     def get(self, message_id: str) -> TaskResult | None:
         with self._lock, self._file_or_fail().read() as db:

@@ -51,6 +51,11 @@ class RedisResultStore(ResultStore):
             for r in records:
                 self._link.eval(_PUT, [self._key(r.id)], [r.to_json(), r.state, ttl])
 
+    def forget(self, message_ids: Sequence[str]) -> None:
+        if message_ids:
+            with self._mutex, self._link.errors():
+                self._link.command("DEL", *(self._key(m) for m in message_ids))
+
     def get(self, message_id: str) -> TaskResult | None:
         with self._mutex, self._link.errors():
             raw = self._link.command("GET", self._key(message_id))

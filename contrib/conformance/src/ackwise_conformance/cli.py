@@ -63,6 +63,14 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="level-2 cases run at once (default: 4 per CPU, at most 8; 1: one by one)",
     )
     p.add_argument(
+        "--case-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="fail and close a level-2 case still running after this long (default: 300 x "
+        "the time scale)",
+    )
+    p.add_argument(
         "--prefix",
         default=None,
         help="what every queue, key and exchange the run creates is named with first "
@@ -82,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
     stopped_by = _interrupt_on_sigterm()
     if args.jobs is not None and args.jobs < 1:
         raise SystemExit(f"ackwise conformance: --jobs {args.jobs}: expected 1 or more")
+    if args.case_timeout is not None and not args.case_timeout > 0:
+        raise SystemExit(
+            f"ackwise conformance: --case-timeout {args.case_timeout:g}: expected seconds > 0"
+        )
     args.time_scale = _time_scale(args.url, args.time_scale)
     _check_opens(args.url)
     out: dict[str, Any] = {
@@ -338,6 +350,7 @@ def _level2(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
         time_scale=args.time_scale,
         jobs=jobs,
         prefix=args.prefix,
+        case_timeout=args.case_timeout,
         on_result=finished,
         on_tick=lambda progress: _status.show(progress.line()),
     )

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -244,8 +244,9 @@ class Harness:
         url: str | None = None,
         wait_ready: bool = True,
         extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> WorkerHandle:
-        """Start a worker on the case's queue."""
+        """Start a worker on the case's queue (``env``: more environment for its process)."""
         self._check_open()
         lease = self.lease if lease is None else lease
         index = len(self.workers)
@@ -276,7 +277,7 @@ class Harness:
         if grace is not None:
             args += ["--grace", str(grace)]
         args += list(extra_args)
-        env = dict(self._env)
+        env = {**self._env, **(env or {})}
         if url is not None:
             env["ACKWISE_BROKER_URL"] = url
         with self._gate:

@@ -80,12 +80,16 @@ def run_cases(
     time_scale: float = 1.0,
     jobs: int | None = None,
     prefix: str = DEFAULT_PREFIX,
+    case_timeout: float | None = None,
     on_result: Callable[[CaseResult, Progress], None] | None = None,
     on_tick: Callable[[Progress], None] | None = None,
 ) -> list[CaseResult]:
     """Run ``selected`` and return their results in the order given.
 
     :param jobs: cases at once (default :func:`default_jobs`); 1 runs them one by one.
+    :param case_timeout: seconds after which a case that has not finished is failed and
+        closed (its workers stopped, its queues deleted); default :data:`CASE_TIMEOUT` times
+        the time scale.
     :param on_result: called (on the calling thread) as each case finishes.
     :param on_tick: called about twice a second while cases run (a progress line).
     :raises KeyboardInterrupt: after closing every running case (its workers stopped, its
@@ -96,11 +100,12 @@ def run_cases(
     results: dict[int, CaseResult] = {}
     shared = [i for i, (sid, _) in enumerate(selected) if not SCENARIOS[sid].exclusive]
     alone = [i for i, (sid, _) in enumerate(selected) if SCENARIOS[sid].exclusive]
+    limit = CASE_TIMEOUT * time_scale if case_timeout is None else case_timeout
     for batch, width in ((shared, jobs), (alone, 1)):
         if batch:
             _run_batch(
-                broker, selected, batch, width, workdir, time_scale, prefix, progress, results,
-                on_result, on_tick,
+                broker, selected, batch, width, workdir, time_scale, prefix, limit, progress,
+                results, on_result, on_tick,
             )  # fmt: skip
     return [results[i] for i in range(len(selected))]
 
@@ -122,6 +127,7 @@ def _run_batch(
     workdir: Path,
     time_scale: float,
     prefix: str,
+    limit: float,
     progress: Progress,
     results: dict[int, CaseResult],
     on_result: Callable[[CaseResult, Progress], None] | None,
@@ -171,7 +177,6 @@ def _run_batch(
     ]
     for t in threads:
         t.start()
-    limit = CASE_TIMEOUT * time_scale
     try:
         while any(i not in results for i in batch):
             try:

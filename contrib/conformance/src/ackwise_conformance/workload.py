@@ -2,7 +2,9 @@
 
 Worker processes import ``ackwise_conformance.workload:app``; its broker comes from
 ``ACKWISE_BROKER_URL``.  The journal and the gate directory come from
-``ACKWISE_CONFORMANCE_JOURNAL`` and ``ACKWISE_CONFORMANCE_GATES``.
+``ACKWISE_CONFORMANCE_JOURNAL`` and ``ACKWISE_CONFORMANCE_GATES``.  With
+``ACKWISE_CONFORMANCE_RESULT_STORE`` (a result store URL) the tasks store their results
+there: each execution returns ``{"pid": …, "attempt": …}``.
 
 A plan (the ``plan`` keyword argument) says what one execution does, in this order:
 
@@ -88,7 +90,7 @@ def _journal(paths: _Paths, event: str, ctx: TaskContext, key: str, **extra: Any
     )
 
 
-def _execute(paths: _Paths, ctx: TaskContext, key: str, plan: dict[str, Any]) -> None:
+def _execute(paths: _Paths, ctx: TaskContext, key: str, plan: dict[str, Any]) -> dict[str, int]:
     _journal(paths, "start", ctx, key)
     crash = plan.get("crash")
     if crash:
@@ -121,6 +123,7 @@ def _execute(paths: _Paths, ctx: TaskContext, key: str, plan: dict[str, Any]) ->
         _journal(paths, "fail", ctx, key, retryable=False)
         raise NonRetryable("planned non-retryable failure")
     _journal(paths, "end", ctx, key)
+    return {"pid": os.getpid(), "attempt": ctx.attempt}
 
 
 def build_app(
@@ -140,7 +143,14 @@ def build_app(
     """
     fixed = _Paths(journal, gates) if journal is not None and gates is not None else None
     store = idempotency_store or os.environ.get("ACKWISE_CONFORMANCE_IDEMPOTENCY_STORE")
-    app = App("ackwise-conformance", broker=broker, idempotency_store=store or None)
+    results = os.environ.get("ACKWISE_CONFORMANCE_RESULT_STORE")
+    app = App(
+        "ackwise-conformance",
+        broker=broker,
+        idempotency_store=store or None,
+        result_store=results or None,
+        store_results=bool(results),
+    )
     for mode in Ack:
 
         @app.task(
@@ -156,8 +166,8 @@ def build_app(
             # No jitter: C12 checks both bounds of the delay (jitter is tested property-based).
             retry_jitter=False,
         )
-        def run(ctx: TaskContext, key: str, plan: dict[str, Any] | None = None) -> None:
-            _execute(fixed or _Paths.from_env(), ctx, key, plan or {})
+        def run(ctx: TaskContext, key: str, plan: dict[str, Any] | None = None) -> dict[str, int]:
+            return _execute(fixed or _Paths.from_env(), ctx, key, plan or {})
 
     return app
 
