@@ -21,6 +21,7 @@ DOCS = Path(__file__).parent.parent / "docs"
 #: The pages, and the worker each one's snippets need.
 PAGES = {
     "results.md": ["proj.tasks:app", "--pool", "prefork", "-c", "2"],  # values cross a pipe
+    "workflows.md": ["shop.tasks:app", "--pool", "threads", "-c", "2"],
 }
 
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)

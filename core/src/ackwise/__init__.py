@@ -2,6 +2,7 @@
 
 from ackwise._app import TRANSIENT_ERRORS, App, Retry, RetryPolicy, Signature, Task, TaskContext
 from ackwise._beat import Beat, BeatConfig
+from ackwise._canvas import Chain, Group, GroupHandle, chain, group
 from ackwise._envelope import ENVELOPE_VERSION, Attempt, Envelope
 from ackwise._envelope import decode as decode_envelope
 from ackwise._handle import TaskHandle
@@ -57,6 +58,7 @@ __all__ = [
     "BeatConfig",
     "BrokerURL",
     "Capabilities",
+    "Chain",
     "Claim",
     "ClaimResult",
     "Cron",
@@ -64,6 +66,8 @@ __all__ = [
     "DeadLetterMessage",
     "Delivery",
     "Envelope",
+    "Group",
+    "GroupHandle",
     "Hold",
     "IdempotencyStore",
     "Interval",
@@ -96,9 +100,11 @@ __all__ = [
     "Worker",
     "WorkerConfig",
     "__version__",
+    "chain",
     "decode_envelope",
     "fork_generation",
     "get_plugins",
+    "group",
     "hookimpl",
     "open_adapter",
     "open_idempotency_store",

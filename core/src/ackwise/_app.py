@@ -128,6 +128,10 @@ class Signature:
     kwargs: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
 
+    def set(self, **options: Any) -> Signature:
+        """The same call with more send options: ``task.s(1).set(queue="slow", countdown=5)``."""
+        return Signature(self.task, self.args, self.kwargs, {**self.options, **options})
+
 
 class Task(Generic[P, R]):
     """A registered task.  Calling it runs the function here; ``delay`` sends it."""

@@ -22,6 +22,7 @@ import msgspec
 
 from ackwise import _envelope, _tracing
 from ackwise._app import TaskContext
+from ackwise._canvas import CHAIN
 from ackwise.errors import ConfigurationError, NotSerializable, SoftTimeLimitExceeded
 
 if TYPE_CHECKING:
@@ -99,7 +100,8 @@ class Runner:
                 returned = self._call_traced(task, args, env, job.attempt)
             else:
                 returned = self._call(task, args, env.kwargs)
-            value = _json_value(task.name, returned) if task.store_results else None
+            wanted = task.store_results or CHAIN in env.headers  # a chain's next step takes it
+            value = _json_value(task.name, returned) if wanted else None
         except BaseException as exc:
             duration = time.perf_counter() - start
             retry_delay: float | None = None

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import msgspec
 
 from ackwise import _envelope
+from ackwise._canvas import CHAIN, CHAIN_END, next_step
 from ackwise._events import DeadLettered, Events, Lost, Retried, Returned, Stale
 from ackwise._execution import Result
 from ackwise._held import Held, WorkerCounters
@@ -31,7 +32,7 @@ from ackwise._semantics import (
     Settlement,
     settle,
 )
-from ackwise._spi import Adapter, Delivery, Outgoing
+from ackwise._spi import Adapter, Delivery, Outgoing, QueueSpec
 from ackwise.errors import StaleReceipt, TransientAdapterError
 
 __all__ = ["ACK_BATCH", "ACK_DELAY", "ACK_DELAY_BATCHED", "Settler", "whole_batches"]
@@ -75,6 +76,8 @@ class Settler:
         self.results = results
         #: Records of successes whose acks are pending: written before those acks.
         self.pending_results: list[TaskResult] = []
+        #: Queues this worker declared to publish a chain's next step to.
+        self._declared: set[str] = set()
         self.events = events
         self.counters = counters
         self.worker_id = worker_id
@@ -141,6 +144,12 @@ class Settler:
             retry_delay=retry_delay,
             reason=reason,
         )
+        if outcome is Outcome.SUCCEEDED and CHAIN in h.envelope.headers:
+            self._continue_chain(h, result)  # the next step goes before this one's ack
+        elif CHAIN_END in h.envelope.headers and isinstance(
+            decision, DeadLetterMessage | LostMessage
+        ):
+            self._end_chain(h, outcome, decision, result, detail)
         if self.results is not None and h.task.store_results:
             record = _record(h, outcome, decision, result, detail)
             if record is None:
@@ -158,6 +167,34 @@ class Settler:
             error=result.error if result else detail,
             traceback=result.traceback if result else None,
         )
+
+    def _continue_chain(self, h: Held, result: Result | None) -> None:
+        """Publish the chain's next step (docs/workflows.md)."""
+        step = next_step(h.envelope, result.value if result is not None else None)
+        if step is None:
+            return
+        queue, out = step
+        if queue not in self._declared:
+            self.adapter.declare(QueueSpec(queue))
+            self._declared.add(queue)
+        self.adapter.publish(queue, [out])
+
+    def _end_chain(
+        self,
+        h: Held,
+        outcome: Outcome,
+        decision: Settlement,
+        result: Result | None,
+        detail: str | None,
+    ) -> None:
+        """A step failed for good: the chain's last step will never run; say so in its
+        record, where the worker has a result store."""
+        end = h.envelope.headers.get(CHAIN_END)
+        record = _record(h, outcome, decision, result, detail)
+        if self.results is None or not isinstance(end, str) or record is None:
+            return
+        why = f"chain step {h.task.name} ({h.delivery.message_id}) {record.state}: {record.error}"
+        self.results.put([msgspec.structs.replace(record, id=end, task=None, error=why)])
 
     def ack_starting(self, batch: Sequence[Held]) -> tuple[set[int], set[int]]:
         """Ack what :func:`settle` says to ack as ``batch`` starts (at most once).

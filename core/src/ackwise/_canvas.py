@@ -1,0 +1,168 @@
+"""Workflows (docs/workflows.md): chains and groups of ordinary messages.
+
+A **chain** ``chain(a.s(1), b.s(), c.s())`` sends its first step; each step's envelope carries
+the steps still to come (header ``ackwise.chain``) and the id of the last step
+(``ackwise.chain_end``).  Every step's message id is chosen at send time, so the handle the
+chain returns is the last step's.  When a step succeeds, the worker publishes the next one,
+with the step's return value put before its arguments, *before* it acks the step: a crash in
+between runs the step again (at least once) and publishes the next step again, under the same
+id and the idempotency key ``chain:<id>``, so the next step has one effect wherever the app
+has an idempotency store.  A step that fails for good ends the chain; with a result store,
+the last step's record says which step and why.
+
+A **group** ``group([a.s(1), a.s(2)])`` sends its members in one round trip per queue; its
+handle waits for them all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ackwise import _envelope
+from ackwise._app import App, Signature, Task
+from ackwise._handle import TaskHandle
+from ackwise._spi import Outgoing
+from ackwise.errors import ConfigurationError
+
+__all__ = ["CHAIN", "CHAIN_END", "Chain", "Group", "GroupHandle", "chain", "group", "next_step"]
+
+#: Envelope headers of a chain step: the steps to come, and the last step's message id.
+CHAIN = "ackwise.chain"
+CHAIN_END = "ackwise.chain_end"
+
+
+def _app_of(steps: Sequence[Signature], app: App | None) -> App:
+    if app is not None:
+        return app
+    for s in steps:
+        if isinstance(s.task, Task):
+            return s.task.app
+    raise ConfigurationError(
+        "a workflow of task names only needs its app: chain(..., app=app) or group([...], app=app)"
+    )
+
+
+def _name(sig: Signature) -> str:
+    return sig.task.name if isinstance(sig.task, Task) else sig.task
+
+
+def _checked(steps: Iterable[Signature], what: str) -> tuple[Signature, ...]:
+    out = tuple(steps)
+    if not out:
+        raise ConfigurationError(f"{what}: expected at least one signature (task.s(...))")
+    for s in out:
+        if not isinstance(s, Signature):
+            raise ConfigurationError(f"{what}: expected signatures (task.s(...)), got {s!r}")
+        unknown = set(s.options) - {"queue", "countdown"}
+        if unknown:
+            raise ConfigurationError(
+                f"{what}: a step takes the options queue and countdown, not {sorted(unknown)}"
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Steps run one after another, each given the previous one's return value first."""
+
+    steps: tuple[Signature, ...]
+    app: App | None = None
+
+    def delay(self) -> TaskHandle:
+        return self.apply_async()
+
+    def apply_async(self) -> TaskHandle:
+        """Send the first step; return the last step's handle (its result is the chain's)."""
+        app = _app_of(self.steps, self.app)
+        ids = [_envelope.new_id() for _ in self.steps]
+        rest = [
+            {
+                "task": _name(s),
+                "id": mid,
+                "queue": s.options.get("queue") or app._target(s.task)[1],
+                "args": list(s.args),
+                "kwargs": dict(s.kwargs),
+                "countdown": s.options.get("countdown"),
+            }
+            for s, mid in zip(self.steps[1:], ids[1:], strict=True)
+        ]
+        first = self.steps[0]
+        headers = {CHAIN: rest, CHAIN_END: ids[-1]} if rest else {}
+        options = {"queue": None, **first.options}
+        app._send_one(first.task, first.args, first.kwargs, headers=headers, id=ids[0], **options)
+        last = self.steps[-1]
+        return app._handle(ids[-1], last.task)
+
+
+def chain(*steps: Signature, app: App | None = None) -> Chain:
+    """``chain(a.s(1), b.s(), c.s())``: ``c(b(a(1)))``, one message per step."""
+    checked = _checked(steps, "chain")
+    return Chain(checked, _app_of(checked, app))
+
+
+class GroupHandle(list[TaskHandle]):
+    """The members' handles, in order; :meth:`get` waits for them all."""
+
+    def get(self, timeout: float | None = None, *, propagate: bool = True) -> list[Any]:
+        """Every member's value, in order (``timeout`` is for the whole group)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = []
+        for h in self:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            out.append(h.get(left, propagate=propagate))
+        return out
+
+    def ready(self) -> bool:
+        return all(h.ready() for h in self)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Members sent together, run in parallel."""
+
+    members: tuple[Signature, ...]
+    app: App | None = None
+
+    def delay(self) -> GroupHandle:
+        return self.apply_async()
+
+    def apply_async(self) -> GroupHandle:
+        app = _app_of(self.members, self.app)
+        return GroupHandle(app.send_many(self.members))
+
+
+def group(members: Iterable[Signature], *, app: App | None = None) -> Group:
+    """``group([a.s(1), a.s(2)])``: the members at once; ``.delay().get()`` their values."""
+    checked = _checked(members, "group")
+    return Group(checked, _app_of(checked, app))
+
+
+def next_step(env: _envelope.Envelope, value_json: str | None) -> tuple[str, Outgoing] | None:
+    """The chain's next message after ``env`` succeeded with ``value_json``, or ``None``."""
+    rest = env.headers.get(CHAIN)
+    if not rest:
+        return None
+    step = rest[0]
+    value = msgspec.json.decode(value_json) if value_json is not None else None
+    headers: dict[str, Any] = {"idempotency_key": f"chain:{step['id']}"}
+    if rest[1:]:
+        headers[CHAIN], headers[CHAIN_END] = rest[1:], env.headers.get(CHAIN_END)
+    created = time.time()
+    delay = float(step.get("countdown") or 0.0)
+    nxt = _envelope.Envelope(
+        v=_envelope.ENVELOPE_VERSION,
+        id=step["id"],
+        task=step["task"],
+        args=[value, *step.get("args", [])],
+        kwargs=step.get("kwargs", {}),
+        queue=step["queue"],
+        created_at=created,
+        eta=created + delay if delay else None,
+        headers=headers,
+    )
+    return step["queue"], Outgoing(nxt.id, _envelope.encode(nxt), delay)
