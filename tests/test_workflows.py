@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ackwise import App, GroupHandle, TaskHandle, chain, group
+from ackwise import App, GroupHandle, TaskHandle, chain, chord, group
 from ackwise._canvas import CHAIN, CHAIN_END, next_step
 from ackwise._envelope import decode
 from ackwise.errors import ConfigurationError, TaskFailed
@@ -185,4 +185,71 @@ def test_steps_pass_values_on_even_when_only_the_last_stores_results(tmp_path):
     with run_worker(app):
         assert handle.get(timeout=20) == 3
     assert app.results().get(handle.id) is not None
+    app.close()
+
+
+def _chord_tasks(app: App) -> dict[str, list]:
+    runs: dict[str, list] = {"square": [], "total": [], "fail": []}
+
+    @app.task(name="wf.square")
+    def square(x: int) -> int:
+        runs["square"].append(x)
+        return x * x
+
+    @app.task(name="wf.total")
+    def total(values: list[int], label: str) -> str:
+        runs["total"].append(values)
+        return f"{label}={sum(values)}"
+
+    @app.task(name="wf.fail")
+    def fail(x: int) -> int:
+        runs["fail"].append(x)
+        raise ValueError(f"member {x} broke")
+
+    return runs
+
+
+def test_a_chord_calls_back_once_with_every_members_value_in_order(app):
+    runs = _chord_tasks(app)
+    t = app.tasks
+    handle = chord([t["wf.square"].s(i) for i in range(4)], t["wf.total"].s("sum")).delay()
+    assert handle.task == "wf.total"
+    with run_worker(app, concurrency=2) as w:
+        assert handle.get(timeout=20) == "sum=14"
+        w.join(timeout=20)
+    assert runs["total"] == [[0, 1, 4, 9]]
+
+
+def test_a_chord_with_a_failed_member_fails_naming_it_and_never_calls_back(app):
+    runs = _chord_tasks(app)
+    t = app.tasks
+    handle = chord([t["wf.square"].s(1), t["wf.fail"].s(2)], t["wf.total"].s("x")).delay()
+    with run_worker(app) as w:
+        with pytest.raises(TaskFailed) as info:
+            handle.get(timeout=20)
+        w.join(timeout=20)
+    assert "chord member wf.fail" in (info.value.error or "") and "#1" in (info.value.error or "")
+    assert "member 2 broke" in (info.value.error or "")
+    assert runs["total"] == []
+
+
+def test_a_redelivered_member_is_counted_once_and_the_callback_runs_once(tmp_path):
+    # What a crash after a member's success and before its ack leaves: the member runs again.
+    app = App("wf", broker=f"sqlite:///{tmp_path / 'q.db'}", store_results=True)
+    runs = _chord_tasks(app)
+    t = app.tasks
+    handle = chord([t["wf.square"].s(2), t["wf.square"].s(3)], t["wf.total"].s("n")).delay()
+    adapter = app.adapter()
+    adapter.open()
+    try:
+        [first] = adapter.receive("default", max_messages=1, wait=0, lease=30)
+        adapter.publish("default", [__import__("ackwise").Outgoing(first.message_id, first.body)])
+        adapter.nack(first)
+    finally:
+        adapter.close()
+    with run_worker(app) as w:
+        assert handle.get(timeout=20) == "n=13"
+        w.join(timeout=20)
+    assert sorted(runs["square"]) in ([2, 2, 3], [2, 3, 3])  # one member ran twice
+    assert runs["total"] == [[4, 9]]
     app.close()

@@ -2,7 +2,7 @@
 
 from ackwise._app import TRANSIENT_ERRORS, App, Retry, RetryPolicy, Signature, Task, TaskContext
 from ackwise._beat import Beat, BeatConfig
-from ackwise._canvas import Chain, Group, GroupHandle, chain, group
+from ackwise._canvas import Chain, Chord, Group, GroupHandle, chain, chord, group
 from ackwise._envelope import ENVELOPE_VERSION, Attempt, Envelope
 from ackwise._envelope import decode as decode_envelope
 from ackwise._handle import TaskHandle
@@ -59,6 +59,7 @@ __all__ = [
     "BrokerURL",
     "Capabilities",
     "Chain",
+    "Chord",
     "Claim",
     "ClaimResult",
     "Cron",
@@ -101,6 +102,7 @@ __all__ = [
     "WorkerConfig",
     "__version__",
     "chain",
+    "chord",
     "decode_envelope",
     "fork_generation",
     "get_plugins",

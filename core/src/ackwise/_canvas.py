@@ -29,11 +29,26 @@ from ackwise._handle import TaskHandle
 from ackwise._spi import Outgoing
 from ackwise.errors import ConfigurationError
 
-__all__ = ["CHAIN", "CHAIN_END", "Chain", "Group", "GroupHandle", "chain", "group", "next_step"]
+__all__ = [
+    "CHAIN",
+    "CHAIN_END",
+    "CHORD",
+    "Chain",
+    "Chord",
+    "Group",
+    "GroupHandle",
+    "callback_message",
+    "chain",
+    "chord",
+    "group",
+    "next_step",
+]
 
 #: Envelope headers of a chain step: the steps to come, and the last step's message id.
 CHAIN = "ackwise.chain"
 CHAIN_END = "ackwise.chain_end"
+#: Envelope header of a chord member: the chord's id, size, members, callback and its index.
+CHORD = "ackwise.chord"
 
 
 def _app_of(steps: Sequence[Signature], app: App | None) -> App:
@@ -49,6 +64,18 @@ def _app_of(steps: Sequence[Signature], app: App | None) -> App:
 
 def _name(sig: Signature) -> str:
     return sig.task.name if isinstance(sig.task, Task) else sig.task
+
+
+def _step(app: App, sig: Signature, message_id: str) -> dict[str, Any]:
+    """A step to send later, as a header carries it."""
+    return {
+        "task": _name(sig),
+        "id": message_id,
+        "queue": sig.options.get("queue") or app._target(sig.task)[1],
+        "args": list(sig.args),
+        "kwargs": dict(sig.kwargs),
+        "countdown": sig.options.get("countdown"),
+    }
 
 
 def _checked(steps: Iterable[Signature], what: str) -> tuple[Signature, ...]:
@@ -80,17 +107,7 @@ class Chain:
         """Send the first step; return the last step's handle (its result is the chain's)."""
         app = _app_of(self.steps, self.app)
         ids = [_envelope.new_id() for _ in self.steps]
-        rest = [
-            {
-                "task": _name(s),
-                "id": mid,
-                "queue": s.options.get("queue") or app._target(s.task)[1],
-                "args": list(s.args),
-                "kwargs": dict(s.kwargs),
-                "countdown": s.options.get("countdown"),
-            }
-            for s, mid in zip(self.steps[1:], ids[1:], strict=True)
-        ]
+        rest = [_step(app, s, mid) for s, mid in zip(self.steps[1:], ids[1:], strict=True)]
         first = self.steps[0]
         headers = {CHAIN: rest, CHAIN_END: ids[-1]} if rest else {}
         options = {"queue": None, **first.options}
@@ -142,6 +159,51 @@ def group(members: Iterable[Signature], *, app: App | None = None) -> Group:
     return Group(checked, _app_of(checked, app))
 
 
+@dataclass(frozen=True)
+class Chord:
+    """A group whose members' values, once every member succeeded, go to a callback."""
+
+    members: tuple[Signature, ...]
+    callback: Signature
+    app: App | None = None
+
+    def delay(self) -> TaskHandle:
+        return self.apply_async()
+
+    def apply_async(self) -> TaskHandle:
+        """Send the members; return the callback's handle (its result is the chord's)."""
+        app = _app_of((*self.members, self.callback), self.app)
+        ids = [_envelope.new_id() for _ in self.members]
+        callback_id = _envelope.new_id()
+        info = {
+            "id": callback_id,
+            "size": len(self.members),
+            "members": ids,
+            "callback": _step(app, self.callback, callback_id),
+        }
+        app.send_many(
+            [
+                m.set(headers={CHORD: {**info, "index": i}}, id=mid)
+                for i, (m, mid) in enumerate(zip(self.members, ids, strict=True))
+            ]
+        )
+        return app._handle(callback_id, self.callback.task)
+
+
+def chord(members: Iterable[Signature], callback: Signature, *, app: App | None = None) -> Chord:
+    """``chord([a.s(1), a.s(2)], total.s())``: ``total([a(1), a(2)])`` once both succeeded."""
+    checked = _checked(members, "chord")
+    [cb] = _checked([callback], "chord callback")
+    return Chord(checked, cb, _app_of((*checked, cb), app))
+
+
+def callback_message(info: dict[str, Any], values: list[Any]) -> tuple[str, Outgoing]:
+    """A chord's callback message, given its members' values in order.  Its id is fixed and
+    its idempotency key is ``chord:<id>``: every member that finds the chord complete sends
+    it, and it runs once."""
+    return _message(info["callback"], values, {"idempotency_key": f"chord:{info['id']}"})
+
+
 def next_step(env: _envelope.Envelope, value_json: str | None) -> tuple[str, Outgoing] | None:
     """The chain's next message after ``env`` succeeded with ``value_json``, or ``None``."""
     rest = env.headers.get(CHAIN)
@@ -152,6 +214,10 @@ def next_step(env: _envelope.Envelope, value_json: str | None) -> tuple[str, Out
     headers: dict[str, Any] = {"idempotency_key": f"chain:{step['id']}"}
     if rest[1:]:
         headers[CHAIN], headers[CHAIN_END] = rest[1:], env.headers.get(CHAIN_END)
+    return _message(step, value, headers)
+
+
+def _message(step: dict[str, Any], value: Any, headers: dict[str, Any]) -> tuple[str, Outgoing]:
     created = time.time()
     delay = float(step.get("countdown") or 0.0)
     nxt = _envelope.Envelope(

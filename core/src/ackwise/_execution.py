@@ -22,7 +22,7 @@ import msgspec
 
 from ackwise import _envelope, _tracing
 from ackwise._app import TaskContext
-from ackwise._canvas import CHAIN
+from ackwise._canvas import CHAIN, CHORD
 from ackwise.errors import ConfigurationError, NotSerializable, SoftTimeLimitExceeded
 
 if TYPE_CHECKING:
@@ -100,7 +100,8 @@ class Runner:
                 returned = self._call_traced(task, args, env, job.attempt)
             else:
                 returned = self._call(task, args, env.kwargs)
-            wanted = task.store_results or CHAIN in env.headers  # a chain's next step takes it
+            # A chain's next step takes the value; a chord's callback reads it from the store.
+            wanted = task.store_results or CHAIN in env.headers or CHORD in env.headers
             value = _json_value(task.name, returned) if wanted else None
         except BaseException as exc:
             duration = time.perf_counter() - start

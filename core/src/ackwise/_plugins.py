@@ -185,15 +185,9 @@ def open_store(url: str, plugins: Plugins | None = None) -> IdempotencyStore:
     """Build and open the idempotency store for ``url`` (schemes come from plugins)."""
     from ackwise._spi import BrokerURL
 
-    parsed = BrokerURL.parse(url)
-    registry = (plugins or get_plugins()).adapters
-    cls = registry.idempotency_store(parsed.scheme)
-    if cls is None:
-        raise ConfigurationError(
-            f"no idempotency store for {parsed.scheme!r} URLs; known: "
-            f"{', '.join(registry.idempotency_schemes())}; set App(idempotency_store=URL)"
-        )
-    store: IdempotencyStore = cls(parsed)
+    store: IdempotencyStore = _store_class("idempotency", url, plugins, "idempotency_store")(
+        BrokerURL.parse(url)
+    )
     store.open()
     return store
 
@@ -204,14 +198,25 @@ def open_result_store(
     """Build and open the result store for ``url`` (schemes come from plugins)."""
     from ackwise._spi import BrokerURL
 
+    cls = _store_class("result", url, plugins, "result_store")
     parsed = BrokerURL.parse(url)
-    registry = (plugins or get_plugins()).adapters
-    cls = registry.result_store(parsed.scheme)
-    if cls is None:
-        raise ConfigurationError(
-            f"no result store for {parsed.scheme!r} URLs; known: "
-            f"{', '.join(registry.result_schemes())}; set App(result_store=URL)"
-        )
     store: ResultStore = cls(parsed) if ttl is None else cls(parsed, ttl=ttl)
     store.open()
     return store
+
+
+def _store_class(kind: str, url: str, plugins: Plugins | None, setting: str) -> type[Any]:
+    from ackwise._spi import BrokerURL
+
+    registry = (plugins or get_plugins()).adapters
+    scheme = BrokerURL.parse(url).scheme
+    cls = registry.store_class(kind, scheme)
+    if cls is None:
+        known = (
+            registry.idempotency_schemes() if kind == "idempotency" else registry.result_schemes()
+        )
+        raise ConfigurationError(
+            f"no {kind} store for {scheme!r} URLs; known: {', '.join(known)}; "
+            f"set App({setting}=URL)"
+        )
+    return cls

@@ -147,56 +147,51 @@ class _Registry(Generic[E]):
 
 
 class AdapterRegistry(_Registry[AdapterEntry]):
-    """What ``ackwise_register_adapters`` hooks fill in (adapters and idempotency stores)."""
+    """What ``ackwise_register_adapters`` hooks fill in (adapters, idempotency and result
+    stores)."""
 
     entry_type = AdapterEntry
     twice_hint = "; uninstall one, or block one with ACKWISE_PLUGINS_BLOCK"
 
     def __init__(self) -> None:
         super().__init__()
-        self._stores: dict[str, tuple[str, str]] = {}  # scheme -> (import path, plugin)
-        self._results: dict[str, tuple[str, str]] = {}
+        #: Store classes by kind, then scheme: (import path, plugin).
+        self._stores: dict[str, dict[str, tuple[str, str]]] = {"idempotency": {}, "result": {}}
 
     def add_idempotency_store(self, scheme: str, import_path: str) -> None:
         """Register an :class:`ackwise.IdempotencyStore` class for ``scheme://`` URLs (lazy)."""
-        scheme = scheme.lower()
-        if scheme in self._stores:
-            raise ConfigurationError(
-                f"idempotency store scheme {scheme!r} is registered twice: by "
-                f"{self._stores[scheme][1]} and by {self._current_plugin}"
-            )
-        self._stores[scheme] = (import_path, self._current_plugin)
+        self._add_store("idempotency", scheme, import_path)
 
     def idempotency_store(self, scheme: str) -> type[Any] | None:
         """The store class for ``scheme``, or ``None`` when no plugin provides one."""
-        entry = self._stores.get(scheme.lower())
-        if entry is None:
-            return None
-        module_name, _, attr = entry[0].partition(":")
-        try:
-            cls: type[Any] = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigurationError(
-                f"idempotency store for {scheme!r} ({entry[0]}) cannot be imported: {exc}"
-            ) from exc
-        return cls
+        return self.store_class("idempotency", scheme)
 
     def idempotency_schemes(self) -> list[str]:
-        return sorted(self._stores)
+        return sorted(self._stores["idempotency"])
 
     def add_result_store(self, scheme: str, import_path: str) -> None:
         """Register an :class:`ackwise.ResultStore` class for ``scheme://`` URLs (lazy)."""
-        scheme = scheme.lower()
-        if scheme in self._results:
-            raise ConfigurationError(
-                f"result store scheme {scheme!r} is registered twice: by "
-                f"{self._results[scheme][1]} and by {self._current_plugin}"
-            )
-        self._results[scheme] = (import_path, self._current_plugin)
+        self._add_store("result", scheme, import_path)
 
     def result_store(self, scheme: str) -> type[Any] | None:
         """The result store class for ``scheme``, or ``None`` when no plugin provides one."""
-        entry = self._results.get(scheme.lower())
+        return self.store_class("result", scheme)
+
+    def result_schemes(self) -> list[str]:
+        return sorted(self._stores["result"])
+
+    def _add_store(self, kind: str, scheme: str, import_path: str) -> None:
+        stores, scheme = self._stores[kind], scheme.lower()
+        if scheme in stores:
+            raise ConfigurationError(
+                f"{kind} store scheme {scheme!r} is registered twice: by "
+                f"{stores[scheme][1]} and by {self._current_plugin}"
+            )
+        stores[scheme] = (import_path, self._current_plugin)
+
+    def store_class(self, kind: str, scheme: str) -> type[Any] | None:
+        """The ``kind`` (``idempotency``, ``result``) store class for ``scheme``, or ``None``."""
+        entry = self._stores[kind].get(scheme.lower())
         if entry is None:
             return None
         module_name, _, attr = entry[0].partition(":")
@@ -204,12 +199,9 @@ class AdapterRegistry(_Registry[AdapterEntry]):
             cls: type[Any] = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
             raise ConfigurationError(
-                f"result store for {scheme!r} ({entry[0]}) cannot be imported: {exc}"
+                f"{kind} store for {scheme!r} ({entry[0]}) cannot be imported: {exc}"
             ) from exc
         return cls
-
-    def result_schemes(self) -> list[str]:
-        return sorted(self._results)
 
     def get(self, scheme: str) -> AdapterEntry:
         """Return the entry for ``scheme``; raise :class:`UnknownBrokerScheme` naming the fix."""

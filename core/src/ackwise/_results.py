@@ -126,7 +126,12 @@ class ResultStore(abc.ABC):
 
     @abc.abstractmethod
     def forget(self, message_ids: Sequence[str]) -> None:
-        """Delete these records now (the conformance suite cleans up after itself)."""
+        """Delete these records (and chord counts of these ids) now."""
+
+    @abc.abstractmethod
+    def join(self, chord_id: str, member: int) -> int:
+        """Count ``member`` as finished in the chord ``chord_id`` (once, however often it is
+        said); return how many distinct members have finished.  Kept for the store's TTL."""
 
     def wait(self, message_id: str, timeout: float | None) -> TaskResult | None:
         """Wait until the record is final, at most ``timeout`` seconds (``None``: for ever);
@@ -153,6 +158,7 @@ class _MemoryState:
     def __init__(self) -> None:
         self.changed = threading.Condition()
         self.records: dict[str, tuple[TaskResult, float]] = {}  # id -> (record, expires)
+        self.chords: dict[str, set[int]] = {}
 
 
 _memory: dict[str, _MemoryState] = {}
@@ -188,6 +194,13 @@ class MemoryResultStore(ResultStore):
         with self._state.changed:
             for mid in message_ids:
                 self._state.records.pop(mid, None)
+                self._state.chords.pop(mid, None)
+
+    def join(self, chord_id: str, member: int) -> int:
+        with self._state.changed:
+            members = self._state.chords.setdefault(chord_id, set())
+            members.add(member)
+            return len(members)
 
     def _current(self, message_id: str) -> TaskResult | None:
         found = self._state.records.get(message_id)
@@ -217,6 +230,14 @@ CREATE TABLE IF NOT EXISTS ackwise_results (
     expires  REAL NOT NULL
 ) WITHOUT ROWID
 """
+_SQLITE_CHORDS = """
+CREATE TABLE IF NOT EXISTS ackwise_chord_members (
+    chord    TEXT NOT NULL,
+    member   INTEGER NOT NULL,
+    expires  REAL NOT NULL,
+    PRIMARY KEY (chord, member)
+) WITHOUT ROWID
+"""
 
 #: Expired records are deleted at most this often (seconds), by a writer.
 _SWEEP_EVERY = 60.0
@@ -237,7 +258,7 @@ class SQLiteResultStore(ResultStore):
         self._file = SQLiteFile(
             self.url,
             what="SQLite result store",
-            setup=lambda db: run_schema(db, [_SQLITE_SCHEMA]),
+            setup=lambda db: run_schema(db, [_SQLITE_SCHEMA, _SQLITE_CHORDS]),
         )
         self._file.open()
 
@@ -245,6 +266,19 @@ class SQLiteResultStore(ResultStore):
         file, self._file = self._file, None
         if file is not None:
             file.close()
+
+    def join(self, chord_id: str, member: int) -> int:
+        now = time.time()
+        with self._lock, self._tx() as db:
+            db.execute(
+                "INSERT INTO ackwise_chord_members (chord, member, expires) VALUES (?, ?, ?) "
+                "ON CONFLICT (chord, member) DO NOTHING",
+                (chord_id, member, now + self.ttl),
+            )
+            row = db.execute(
+                "SELECT COUNT(*) FROM ackwise_chord_members WHERE chord = ?", (chord_id,)
+            ).fetchone()
+        return int(row[0])
 
     def _file_or_fail(self) -> SQLiteFile:
         if self._file is None:
@@ -275,10 +309,14 @@ class SQLiteResultStore(ResultStore):
             if now - self._swept >= _SWEEP_EVERY:
                 self._swept = now
                 db.execute("DELETE FROM ackwise_results WHERE expires <= ?", (now,))
+                db.execute("DELETE FROM ackwise_chord_members WHERE expires <= ?", (now,))
 
     def forget(self, message_ids: Sequence[str]) -> None:
         with self._lock, self._tx() as db:
             db.executemany("DELETE FROM ackwise_results WHERE id = ?", [(m,) for m in message_ids])
+            db.executemany(
+                "DELETE FROM ackwise_chord_members WHERE chord = ?", [(m,) for m in message_ids]
+            )
 
     def get(self, message_id: str) -> TaskResult | None:
         with self._lock, self._file_or_fail().read() as db:

@@ -10,17 +10,18 @@ results, then the acks), a dead letter's before the dead-letter call (docs/resul
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
 import msgspec
 
 from ackwise import _envelope
-from ackwise._canvas import CHAIN, CHAIN_END, next_step
+from ackwise._canvas import CHAIN, CHAIN_END, CHORD, callback_message, next_step
 from ackwise._events import DeadLettered, Events, Lost, Retried, Returned, Stale
 from ackwise._execution import Result
 from ackwise._held import Held, WorkerCounters
-from ackwise._results import ResultState, ResultStore, TaskResult
+from ackwise._results import ResultState, ResultStore, TaskResult, value_of
 from ackwise._semantics import (
     AckMessage,
     DeadLetterMessage,
@@ -34,6 +35,8 @@ from ackwise._semantics import (
 )
 from ackwise._spi import Adapter, Delivery, Outgoing, QueueSpec
 from ackwise.errors import StaleReceipt, TransientAdapterError
+
+log = logging.getLogger("ackwise._worker")
 
 __all__ = ["ACK_BATCH", "ACK_DELAY", "ACK_DELAY_BATCHED", "Settler", "whole_batches"]
 
@@ -144,6 +147,8 @@ class Settler:
             retry_delay=retry_delay,
             reason=reason,
         )
+        if CHORD in h.envelope.headers:
+            self._chord_member(h, outcome, decision, result, detail)  # before the ack too
         if outcome is Outcome.SUCCEEDED and CHAIN in h.envelope.headers:
             self._continue_chain(h, result)  # the next step goes before this one's ack
         elif CHAIN_END in h.envelope.headers and isinstance(
@@ -173,7 +178,51 @@ class Settler:
         step = next_step(h.envelope, result.value if result is not None else None)
         if step is None:
             return
-        queue, out = step
+        self._publish_to(*step)
+
+    def _chord_member(
+        self,
+        h: Held,
+        outcome: Outcome,
+        decision: Settlement,
+        result: Result | None,
+        detail: str | None,
+    ) -> None:
+        """A chord member finished (docs/workflows.md): its success is stored and counted
+        once; the member that finds every member counted sends the callback; a member that
+        fails for good fails the chord, naming itself."""
+        info = h.envelope.headers[CHORD]
+        record = _record(h, outcome, decision, result, detail)
+        if record is None:
+            return  # retried or returned: not finished
+        if self.results is None:
+            log.error(
+                "chord member %s (%s) finished, but app has no result store: the chord "
+                "cannot count it; set App(result_store=URL)",
+                h.task.name,
+                h.delivery.message_id,
+            )
+            return
+        if record.status is not ResultState.SUCCEEDED:
+            why = (
+                f"chord member {h.task.name} ({h.delivery.message_id}, #{info['index']}) "
+                f"{record.state}: {record.error}"
+            )
+            self.results.put([msgspec.structs.replace(record, id=info["id"], task=None, error=why)])
+            return
+        self.results.put([record])  # stored before it is counted: the callback reads it
+        if self.results.join(info["id"], int(info["index"])) < int(info["size"]):
+            return
+        values = []
+        for mid in info["members"]:
+            member = self.results.get(mid)
+            if member is None or member.status is not ResultState.SUCCEEDED:
+                return  # a member's record expired or changed: the chord's record says so
+            values.append(value_of(member))
+        queue, out = callback_message(info, values)
+        self._publish_to(queue, out)
+
+    def _publish_to(self, queue: str, out: Outgoing) -> None:
         if queue not in self._declared:
             self.adapter.declare(QueueSpec(queue))
             self._declared.add(queue)

@@ -180,11 +180,16 @@ class Worker:
         :raises BrokerUnavailable: the broker stayed unreachable for ``broker_timeout``.
         """
         cfg = self.config
-        if any(t.store_results for t in self.app.tasks.values()):
-            self.settler.results = self.app.results()  # no store: one clear error, now
+        if self.app.result_store_url is None and any(
+            t.store_results for t in self.app.tasks.values()
+        ):
+            self.app.results()  # raises: no store, one clear error, now
         if not self.connection.open(lambda: bool(self._stop_requested), self._pause):
             log.info("worker %s stopped before the broker could be reached", self.worker_id)
             return 0
+        if self.app.result_store_url is not None:
+            # Results of tasks that store them; chords count their members there.
+            self.settler.results = self.app.results()
         if cfg.pool == "prefork":
             assert cfg.app_path is not None
             executor: Executor = PreforkExecutor(cfg.app_path, cfg.concurrency, self._completions)

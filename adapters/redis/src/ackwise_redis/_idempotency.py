@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ackwise import BrokerURL, ClaimResult, IdempotencyStore, KeyState
-from ackwise_redis._connection import Link, Script, load_script
-from ackwise_redis._url import RedisSettings, parse_redis_url
+from ackwise import ClaimResult, IdempotencyStore, KeyState
+from ackwise_redis._connection import Script, load_script
+from ackwise_redis._store import RedisStoreBase
 
 __all__ = ["RedisIdempotencyStore"]
 
@@ -30,24 +29,10 @@ def _ms(seconds: float) -> int:
     return max(1, math.ceil(seconds * 1000))
 
 
-class RedisIdempotencyStore(IdempotencyStore):
+class RedisIdempotencyStore(RedisStoreBase, IdempotencyStore):
     """A :class:`ackwise.IdempotencyStore` in Redis; see the module documentation."""
 
     scheme = "redis"
-
-    def __init__(self, url: BrokerURL, **kwargs: Any) -> None:
-        super().__init__(url, **kwargs)
-        self.settings: RedisSettings = parse_redis_url(url)
-        self._link = Link(self.settings)
-        self._mutex = threading.Lock()  # one connection: one command at a time
-
-    def open(self) -> None:
-        with self._mutex, self._link.errors():
-            self._link.connection()
-
-    def close(self) -> None:
-        with self._mutex:
-            self._link.close()
 
     def _key(self, key: str) -> str:
         digest = hashlib.sha1(key.encode()).hexdigest() if len(key) > 200 else key

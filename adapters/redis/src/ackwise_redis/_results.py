@@ -9,38 +9,22 @@ reads, then sleeps until a publish wakes it (no polling).
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
-from ackwise import BrokerURL, ResultStore, TaskResult
-from ackwise_redis._connection import Link, load_script
-from ackwise_redis._url import RedisSettings, parse_redis_url
+from ackwise import ResultStore, TaskResult
+from ackwise_redis._connection import load_script
+from ackwise_redis._store import RedisStoreBase
 
 __all__ = ["RedisResultStore"]
 
 _PUT = load_script("result_put")
 
 
-class RedisResultStore(ResultStore):
+class RedisResultStore(RedisStoreBase, ResultStore):
     """A :class:`ackwise.ResultStore` in Redis; see the module documentation."""
 
     scheme = "redis"
-
-    def __init__(self, url: BrokerURL, **kwargs: Any) -> None:
-        super().__init__(url, **kwargs)
-        self.settings: RedisSettings = parse_redis_url(url)
-        self._link = Link(self.settings)
-        self._mutex = threading.Lock()  # one connection: one command at a time
-
-    def open(self) -> None:
-        with self._mutex, self._link.errors():
-            self._link.connection()
-
-    def close(self) -> None:
-        with self._mutex:
-            self._link.close()
 
     def _key(self, message_id: str) -> str:
         return f"{{{self.settings.prefix}:result:{message_id}}}"
@@ -53,8 +37,19 @@ class RedisResultStore(ResultStore):
 
     def forget(self, message_ids: Sequence[str]) -> None:
         if message_ids:
+            keys = [k for m in message_ids for k in (self._key(m), self._chord(m))]
             with self._mutex, self._link.errors():
-                self._link.command("DEL", *(self._key(m) for m in message_ids))
+                self._link.command("DEL", *keys)
+
+    def _chord(self, chord_id: str) -> str:
+        return f"{{{self.settings.prefix}:chord:{chord_id}}}"
+
+    def join(self, chord_id: str, member: int) -> int:
+        key, ttl = self._chord(chord_id), str(max(1, math.ceil(self.ttl * 1000)))
+        with self._mutex, self._link.errors():
+            self._link.command("SADD", key, str(member))
+            self._link.command("PEXPIRE", key, ttl)
+            return int(self._link.command("SCARD", key))
 
     def get(self, message_id: str) -> TaskResult | None:
         with self._mutex, self._link.errors():
