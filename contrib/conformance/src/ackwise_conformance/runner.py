@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ackwise import Ack
+from ackwise.errors import ConfigurationError
 from ackwise_conformance.harness import DEFAULT_PREFIX, Broker, Harness, own_store
 from ackwise_conformance.scenarios import SCENARIOS, CaseResult, run_case
 
@@ -34,11 +35,21 @@ INTERRUPT_WAIT = 60.0
 
 
 def default_jobs() -> int:
-    """How many cases run at once by default: four per CPU, at most 8.
+    """How many cases run at once by default: ``$ACKWISE_CONFORMANCE_JOBS``, else four per
+    CPU, at most 8.
 
     A case mostly waits (leases of a second, delays, quiet periods); the ones that work hard
-    (C01, C21: thousands of messages) are a few among many.
+    (C01, C21: thousands of messages) are a few among many.  Several runs sharing one host
+    (a test suite in parallel processes) share its CPUs: the variable splits them.
     """
+    asked = os.environ.get("ACKWISE_CONFORMANCE_JOBS", "").strip()
+    if asked:
+        try:
+            return max(1, int(asked))
+        except ValueError:
+            raise ConfigurationError(
+                f"ACKWISE_CONFORMANCE_JOBS={asked!r}: expected a whole number of cases >= 1"
+            ) from None
     return max(1, min(8, 4 * (os.cpu_count() or 1)))
 
 
