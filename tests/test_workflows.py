@@ -253,3 +253,14 @@ def test_a_redelivered_member_is_counted_once_and_the_callback_runs_once(tmp_pat
     assert sorted(runs["square"]) in ([2, 2, 3], [2, 3, 3])  # one member ran twice
     assert runs["total"] == [[4, 9]]
     app.close()
+
+
+def test_a_chord_without_a_result_store_is_refused_when_sent() -> None:
+    app = App("wf", broker="amqp://guest:guest@127.0.0.1:1/")
+
+    @app.task(name="wf.one")
+    def one() -> int:
+        return 1
+
+    with pytest.raises(ConfigurationError, match=r"set App\(result_store=URL\)"):
+        chord([one.s()], one.s()).delay()

@@ -173,6 +173,11 @@ class Chord:
     def apply_async(self) -> TaskHandle:
         """Send the members; return the callback's handle (its result is the chord's)."""
         app = _app_of((*self.members, self.callback), self.app)
+        if app.result_store_url is None:
+            raise ConfigurationError(
+                f"a chord counts its members in a result store, and app {app.name!r} has "
+                "none: set App(result_store=URL) (workers and producers alike)"
+            )
         ids = [_envelope.new_id() for _ in self.members]
         callback_id = _envelope.new_id()
         info = {
