@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pickle
+import socket
 import threading
 import time
 import uuid
@@ -15,6 +16,7 @@ import pytest
 from ackwise import App, ResultState, TaskHandle, TaskResult, open_result_store
 from ackwise.errors import ConfigurationError, TaskFailed
 from ackwise.testing import run_worker
+from ackwise_conformance.brokers import missing_broker
 
 
 @pytest.fixture(params=["sqlite", "memory"])
@@ -24,13 +26,29 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"memory://{uuid.uuid4().hex}"
 
 
+PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(params=["sqlite", "memory", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgresql":
+        try:
+            socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
+        except OSError:
+            missing_broker("PostgreSQL is not answering on 127.0.0.1:5432")
+        return PG_URL
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.db'}"
+    return f"memory://{uuid.uuid4().hex}"
+
+
 def _record(mid: str, state: ResultState, **fields: object) -> TaskResult:
     return TaskResult(id=mid, state=state.value, at=time.time(), **fields)  # type: ignore[arg-type]
 
 
 # -- the stores ------------------------------------------------------------------------------
-def test_a_success_is_written_once_and_nothing_replaces_it(broker):
-    store = open_result_store(broker)
+def test_a_success_is_written_once_and_nothing_replaces_it(store_url):
+    store = open_result_store(store_url)
     try:
         mid = uuid.uuid4().hex
         store.put([_record(mid, ResultState.SUCCEEDED, value="1", attempt=1)])
@@ -47,8 +65,8 @@ def test_a_success_is_written_once_and_nothing_replaces_it(broker):
         store.close()
 
 
-def test_a_failure_gives_way_to_a_later_success_but_not_to_a_late_start(broker):
-    store = open_result_store(broker)
+def test_a_failure_gives_way_to_a_later_success_but_not_to_a_late_start(store_url):
+    store = open_result_store(store_url)
     try:
         mid = uuid.uuid4().hex
         store.put([_record(mid, ResultState.STARTED, attempt=1)])
@@ -61,8 +79,8 @@ def test_a_failure_gives_way_to_a_later_success_but_not_to_a_late_start(broker):
         store.close()
 
 
-def test_records_expire_after_the_ttl(broker):
-    store = open_result_store(broker, ttl=0.2)
+def test_records_expire_after_the_ttl(store_url):
+    store = open_result_store(store_url, ttl=0.2)
     try:
         mid = uuid.uuid4().hex
         store.put([_record(mid, ResultState.SUCCEEDED, value="1")])
@@ -75,19 +93,21 @@ def test_records_expire_after_the_ttl(broker):
         store.close()
 
 
-def test_wait_returns_the_final_record_as_another_thread_writes_it(broker):
-    store = open_result_store(broker)
-    writer = open_result_store(broker)
+def test_wait_returns_the_final_record_as_another_thread_writes_it(store_url):
+    store = open_result_store(store_url)
+    writer = open_result_store(store_url)
     try:
         mid = uuid.uuid4().hex
         assert store.wait(mid, 0.05) is None
-        threading.Timer(
+        timer = threading.Timer(
             0.2, lambda: writer.put([_record(mid, ResultState.SUCCEEDED, value='"x"')])
-        ).start()
+        )
+        timer.start()
         started = time.monotonic()
         got = store.wait(mid, 10)
         assert got is not None and got.value == '"x"'
         assert time.monotonic() - started < 5
+        timer.join()  # its put may still be sweeping: close the writer after it
     finally:
         store.close()
         writer.close()
@@ -241,12 +261,75 @@ def test_result_ttl_must_be_positive():
         App("r", broker="memory://x", result_ttl=0)
 
 
-def test_forget_deletes_records_now(broker):
-    store = open_result_store(broker)
+def test_forget_deletes_records_now(store_url):
+    store = open_result_store(store_url)
     try:
         a, b = uuid.uuid4().hex, uuid.uuid4().hex
         store.put([_record(a, ResultState.SUCCEEDED, value="1"), _record(b, ResultState.DEAD)])
         store.forget([a, b])
         assert store.get(a) is None and store.get(b) is None
+    finally:
+        store.close()
+
+
+def test_a_worker_writes_to_a_postgresql_result_store_and_get_wakes_on_the_notify(tmp_path):
+    try:
+        socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
+    except OSError:
+        missing_broker("PostgreSQL is not answering on 127.0.0.1:5432")
+    app = App("r", broker=f"sqlite:///{tmp_path / 'q.db'}", result_store=PG_URL)
+
+    @app.task(name="r.pg", store_results=True)
+    def pg(x: int) -> list[int]:
+        return [x, x]
+
+    @app.task(name="r.pgfail", store_results=True)
+    def pgfail() -> None:
+        raise RuntimeError("nope")
+
+    ok, bad = pg.delay(4), pgfail.delay()
+    with run_worker(app):
+        assert ok.get(timeout=20) == [4, 4]
+        with pytest.raises(TaskFailed, match="RuntimeError: nope"):
+            bad.get(timeout=20)
+    app.results().forget([ok.id, bad.id])
+    app.close()
+
+
+def test_a_postgresql_wait_is_woken_by_the_notify_not_by_polling():
+    try:
+        socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
+    except OSError:
+        missing_broker("PostgreSQL is not answering on 127.0.0.1:5432")
+    store, writer = open_result_store(PG_URL), open_result_store(PG_URL)
+    mid = uuid.uuid4().hex
+    written: list[float] = []
+
+    def write() -> None:
+        written.append(time.monotonic())  # before: the waiter may wake before put returns
+        writer.put([_record(mid, ResultState.SUCCEEDED, value="1")])
+
+    timer = threading.Timer(0.3, write)
+    try:
+        timer.start()
+        got = store.wait(mid, 10)
+        woke = time.monotonic()
+        assert got is not None and got.value == "1"
+        assert woke - written[0] < 0.5, "woken by the NOTIFY, not at the next 1 s check"
+    finally:
+        timer.join()
+        store.forget([mid])
+        store.close()
+        writer.close()
+
+
+def test_join_counts_each_chord_member_once(store_url):
+    store = open_result_store(store_url)
+    try:
+        chord_id = uuid.uuid4().hex
+        assert [store.join(chord_id, m) for m in (0, 1, 1, 0, 2)] == [1, 2, 2, 2, 3]
+        store.forget([chord_id])
+        assert store.join(chord_id, 0) == 1
+        store.forget([chord_id])
     finally:
         store.close()

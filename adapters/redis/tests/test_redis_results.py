@@ -55,14 +55,14 @@ def test_a_wait_is_woken_by_the_write_not_by_polling(redis_url: str) -> None:
         written: list[float] = []
 
         def write() -> None:
+            written.append(time.monotonic())  # before: the waiter may wake before put returns
             writer.put([_record(mid, ResultState.SUCCEEDED, value='"x"')])
-            written.append(time.monotonic())
 
         threading.Timer(0.3, write).start()
         got = store.wait(mid, 10)
         woke = time.monotonic()
         assert got is not None and got.value == '"x"'
-        assert woke - written[0] < 0.1, "woken by the publish, not at the next 1 s check"
+        assert woke - written[0] < 0.5, "woken by the publish, not at the next 1 s check"
     finally:
         store.close()
         writer.close()

@@ -28,12 +28,18 @@ import msgspec
 
 from ackwise._spi import BrokerURL
 from ackwise._sqlite_file import SQLiteFile, run_schema
-from ackwise.errors import TransientAdapterError
+from ackwise.errors import (
+    BrokerUnavailable,
+    ConfigurationError,
+    PermanentAdapterError,
+    TransientAdapterError,
+)
 
 __all__ = [
     "FINAL",
     "RESULT_TTL",
     "MemoryResultStore",
+    "PostgresResultStore",
     "ResultState",
     "ResultStore",
     "SQLiteResultStore",
@@ -325,6 +331,136 @@ class SQLiteResultStore(ResultStore):
                 (message_id, time.time()),
             ).fetchone()
         return TaskResult.from_json(row[0]) if row is not None else None
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ackwise_results (
+    id       TEXT PRIMARY KEY,
+    state    TEXT NOT NULL,
+    record   TEXT NOT NULL,
+    expires  DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ackwise_chord_members (
+    chord    TEXT NOT NULL,
+    member   INTEGER NOT NULL,
+    expires  DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (chord, member)
+)
+"""
+
+#: The channel a write is announced on (the payload: the message id).
+_PG_CHANNEL = "ackwise_results"
+
+# The write-once rule of TaskResult.replaces, in one statement: the database serializes
+# racing writers.
+_PG_PUT = (
+    "INSERT INTO ackwise_results AS r (id, state, record, expires) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (id) DO UPDATE SET state = excluded.state, record = excluded.record, "
+    "expires = excluded.expires WHERE r.expires <= %s OR (r.state <> 'succeeded' AND NOT "
+    "(excluded.state = 'started' AND r.state IN ('failed', 'dead'))) RETURNING id"
+)
+
+
+class PostgresResultStore(ResultStore):
+    """Results in PostgreSQL (``postgresql://user@host/db``; needs ``psycopg``).
+
+    ``wait`` LISTENs on a connection of its own and wakes on the write's NOTIFY.
+    """
+
+    scheme = "postgresql"
+
+    def open(self) -> None:
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise ConfigurationError(
+                "the PostgreSQL result store needs psycopg: pip install 'psycopg[binary]'"
+            ) from exc
+        self._psycopg: Any = psycopg
+        self._lock = threading.Lock()  # one connection: one statement at a time
+        self._conn: Any = self._connect()
+        with self._lock:
+            self._exec(_PG_SCHEMA, None)
+
+    def _connect(self) -> Any:
+        try:
+            return self._psycopg.connect(self.url.raw, autocommit=True)
+        except self._psycopg.Error as exc:
+            raise BrokerUnavailable(f"result store {self.url}: {exc}") from exc
+
+    def close(self) -> None:
+        conn, self._conn = getattr(self, "_conn", None), None
+        if conn is not None:
+            conn.close()
+
+    def _exec(self, sql: str, params: Sequence[Any] | None, conn: Any = None) -> Any:
+        try:
+            return (conn or self._conn).execute(sql, params)
+        except self._psycopg.OperationalError as exc:
+            raise TransientAdapterError(f"result store {self.url}: {exc}") from exc
+        except self._psycopg.Error as exc:
+            raise PermanentAdapterError(f"result store {self.url}: {exc}") from exc
+
+    def put(self, records: Sequence[TaskResult]) -> None:
+        now = time.time()
+        with self._lock:
+            for r in records:
+                row = self._exec(
+                    _PG_PUT, (r.id, r.state, r.to_json().decode(), now + self.ttl, now)
+                ).fetchone()
+                if row is not None:
+                    self._exec("SELECT pg_notify(%s, %s)", (_PG_CHANNEL, r.id))
+            if now - getattr(self, "_swept", 0.0) >= _SWEEP_EVERY:
+                self._swept = now
+                self._exec("DELETE FROM ackwise_results WHERE expires <= %s", (now,))
+                self._exec("DELETE FROM ackwise_chord_members WHERE expires <= %s", (now,))
+
+    def get(self, message_id: str) -> TaskResult | None:
+        with self._lock:
+            row = self._exec(
+                "SELECT record FROM ackwise_results WHERE id = %s AND expires > %s",
+                (message_id, time.time()),
+            ).fetchone()
+        return TaskResult.from_json(row[0]) if row is not None else None
+
+    def forget(self, message_ids: Sequence[str]) -> None:
+        with self._lock:
+            for mid in message_ids:
+                self._exec("DELETE FROM ackwise_results WHERE id = %s", (mid,))
+                self._exec("DELETE FROM ackwise_chord_members WHERE chord = %s", (mid,))
+
+    def join(self, chord_id: str, member: int) -> int:
+        with self._lock:
+            self._exec(
+                "INSERT INTO ackwise_chord_members (chord, member, expires) "
+                "VALUES (%s, %s, %s) ON CONFLICT (chord, member) DO NOTHING",
+                (chord_id, member, time.time() + self.ttl),
+            )
+            row = self._exec(
+                "SELECT count(*) FROM ackwise_chord_members WHERE chord = %s", (chord_id,)
+            ).fetchone()
+        return int(row[0])
+
+    def wait(self, message_id: str, timeout: float | None) -> TaskResult | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        listener = self._connect()
+        try:
+            self._exec(f"LISTEN {_PG_CHANNEL}", None, listener)  # before the read
+            while True:
+                record = self.get(message_id)
+                if record is not None and record.final:
+                    return record
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return record
+                # At most 1 s at a time: a missed notification costs a second, not the wait.
+                step = 1.0 if left is None else min(left, 1.0)
+                for note in listener.notifies(timeout=step, stop_after=1):
+                    if note.payload == message_id:
+                        break
+        finally:
+            listener.close()
 
 
 def value_of(record: TaskResult) -> Any:

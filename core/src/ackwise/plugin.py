@@ -19,6 +19,8 @@ def ackwise_register_adapters(registry: AdapterRegistry) -> None:
     registry.add_idempotency_store("postgres", "ackwise._idempotency:PostgresIdempotencyStore")
     registry.add_result_store("memory", "ackwise._results:MemoryResultStore")
     registry.add_result_store("sqlite", "ackwise._results:SQLiteResultStore")
+    registry.add_result_store("postgresql", "ackwise._results:PostgresResultStore")
+    registry.add_result_store("postgres", "ackwise._results:PostgresResultStore")
 
 
 @hookimpl
