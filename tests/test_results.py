@@ -49,8 +49,8 @@ def _record(mid: str, state: ResultState, **fields: object) -> TaskResult:
 # -- the stores ------------------------------------------------------------------------------
 def test_a_success_is_written_once_and_nothing_replaces_it(store_url):
     store = open_result_store(store_url)
+    mid = uuid.uuid4().hex
     try:
-        mid = uuid.uuid4().hex
         store.put([_record(mid, ResultState.SUCCEEDED, value="1", attempt=1)])
         store.put(
             [
@@ -62,13 +62,14 @@ def test_a_success_is_written_once_and_nothing_replaces_it(store_url):
         got = store.get(mid)
         assert got is not None and (got.state, got.value, got.attempt) == ("succeeded", "1", 1)
     finally:
+        store.forget([mid])  # the PostgreSQL store is shared: leave nothing
         store.close()
 
 
 def test_a_failure_gives_way_to_a_later_success_but_not_to_a_late_start(store_url):
     store = open_result_store(store_url)
+    mid = uuid.uuid4().hex
     try:
-        mid = uuid.uuid4().hex
         store.put([_record(mid, ResultState.STARTED, attempt=1)])
         store.put([_record(mid, ResultState.DEAD, reason="max_deliveries", attempt=1)])
         store.put([_record(mid, ResultState.STARTED, attempt=2)])  # a replayed dead letter
@@ -76,13 +77,14 @@ def test_a_failure_gives_way_to_a_later_success_but_not_to_a_late_start(store_ur
         store.put([_record(mid, ResultState.SUCCEEDED, value="[1]", attempt=2)])
         assert store.get(mid).state == "succeeded"  # type: ignore[union-attr]
     finally:
+        store.forget([mid])  # the PostgreSQL store is shared: leave nothing
         store.close()
 
 
 def test_records_expire_after_the_ttl(store_url):
     store = open_result_store(store_url, ttl=0.2)
+    mid = uuid.uuid4().hex
     try:
-        mid = uuid.uuid4().hex
         store.put([_record(mid, ResultState.SUCCEEDED, value="1")])
         assert store.get(mid) is not None
         time.sleep(0.3)
@@ -90,14 +92,15 @@ def test_records_expire_after_the_ttl(store_url):
         store.put([_record(mid, ResultState.SUCCEEDED, value="2")])  # expired: a new record
         assert store.get(mid).value == "2"  # type: ignore[union-attr]
     finally:
+        store.forget([mid])  # the PostgreSQL store is shared: leave nothing
         store.close()
 
 
 def test_wait_returns_the_final_record_as_another_thread_writes_it(store_url):
     store = open_result_store(store_url)
     writer = open_result_store(store_url)
+    mid = uuid.uuid4().hex
     try:
-        mid = uuid.uuid4().hex
         assert store.wait(mid, 0.05) is None
         timer = threading.Timer(
             0.2, lambda: writer.put([_record(mid, ResultState.SUCCEEDED, value='"x"')])
@@ -109,6 +112,7 @@ def test_wait_returns_the_final_record_as_another_thread_writes_it(store_url):
         assert time.monotonic() - started < 5
         timer.join()  # its put may still be sweeping: close the writer after it
     finally:
+        store.forget([mid])  # the PostgreSQL store is shared: leave nothing
         store.close()
         writer.close()
 
