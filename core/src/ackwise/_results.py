@@ -16,11 +16,12 @@ keeps the first value.  Records expire after the store's TTL.
 from __future__ import annotations
 
 import abc
+import contextlib
 import enum
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
@@ -143,20 +144,35 @@ class ResultStore(abc.ABC):
         """Wait until the record is final, at most ``timeout`` seconds (``None``: for ever);
         return it, or the latest record (``None`` if there is none) at the timeout.
 
-        This default polls, from every 5 ms up to every 0.2 s; stores that can be told of a
-        write (Redis pub/sub, PostgreSQL LISTEN) wait for it instead.
+        Reads, then pauses as :meth:`_listening` says, until then.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = 0.005
-        while True:
-            record = self.get(message_id)
-            if record is not None and record.final:
-                return record
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return record
-            time.sleep(pause if left is None else min(pause, left))
-            pause = min(pause * 2, 0.2)
+        with self._listening(message_id) as pause:
+            while True:
+                record = self.get(message_id)
+                if record is not None and record.final:
+                    return record
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return record
+                pause(left)
+
+    @contextlib.contextmanager
+    def _listening(self, message_id: str) -> Iterator[Callable[[float | None], None]]:
+        """Entered before :meth:`wait`'s first read; yields how to pause until the record
+        may have changed (at most the time left, ``None``: no limit).
+
+        This default polls, from every 5 ms up to every 0.2 s; stores that can be told of a
+        write (Redis pub/sub, PostgreSQL LISTEN) subscribe here and wait for it instead.
+        """
+        step = 0.005
+
+        def pause(left: float | None) -> None:
+            nonlocal step
+            time.sleep(step if left is None else min(step, left))
+            step = min(step * 2, 0.2)
+
+        yield pause
 
 
 # -- in-process ----------------------------------------------------------------------------
@@ -442,23 +458,20 @@ class PostgresResultStore(ResultStore):
             ).fetchone()
         return int(row[0])
 
-    def wait(self, message_id: str, timeout: float | None) -> TaskResult | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
+    @contextlib.contextmanager
+    def _listening(self, message_id: str) -> Iterator[Callable[[float | None], None]]:
         listener = self._connect()
         try:
-            self._exec(f"LISTEN {_PG_CHANNEL}", None, listener)  # before the read
-            while True:
-                record = self.get(message_id)
-                if record is not None and record.final:
-                    return record
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return record
+            self._exec(f"LISTEN {_PG_CHANNEL}", None, listener)
+
+            def pause(left: float | None) -> None:
                 # At most 1 s at a time: a missed notification costs a second, not the wait.
                 step = 1.0 if left is None else min(left, 1.0)
                 for note in listener.notifies(timeout=step, stop_after=1):
                     if note.payload == message_id:
                         break
+
+            yield pause
         finally:
             listener.close()
 

@@ -122,6 +122,8 @@ class Worker:
         self._executor: Executor | None = None
         self._kill_reason: dict[int, str] = {}
         self._hard_limits = any(t.time_limit is not None for t in app.tasks.values())
+        #: Some task records ``started`` (``track_started``): a write per start batch.
+        self._tracks_started = any(t.track_started and t.store_results for t in app.tasks.values())
         self._queue_cycle = itertools.cycle(self.config.queues)
 
     # -- control ---------------------------------------------------------------------------
@@ -402,7 +404,7 @@ class Worker:
             self._buffer.extendleft(reversed(batch if claiming is None else [*batch, claiming]))
             raise
         now = time.time()
-        if self.settler.results is not None:
+        if self._tracks_started:
             self._record_started([h for h in batch if id(h.delivery) not in stale_ids], now)
         for h in batch:
             if id(h.delivery) in stale_ids:

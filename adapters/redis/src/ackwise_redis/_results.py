@@ -8,9 +8,9 @@ reads, then sleeps until a publish wakes it (no polling).
 
 from __future__ import annotations
 
+import contextlib
 import math
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from ackwise import ResultStore, TaskResult
 from ackwise_redis._connection import load_script
@@ -56,23 +56,19 @@ class RedisResultStore(RedisStoreBase, ResultStore):
             raw = self._link.command("GET", self._key(message_id))
         return None if raw is None else TaskResult.from_json(raw)
 
-    def wait(self, message_id: str, timeout: float | None) -> TaskResult | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        key = self._key(message_id)
+    @contextlib.contextmanager
+    def _listening(self, message_id: str) -> Iterator[Callable[[float | None], None]]:
         with self._link.errors():
             client = self._link.client()
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
-                pubsub.subscribe(key)  # before the read: a write in between is heard
-                while True:
-                    record = self.get(message_id)
-                    if record is not None and record.final:
-                        return record
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return record
+                pubsub.subscribe(self._key(message_id))  # before the read: a write is heard
+
+                def pause(left: float | None) -> None:
                     # At most 1 s at a time: a lost subscription costs a second, not the wait.
                     pubsub.get_message(timeout=1.0 if left is None else min(left, 1.0))
+
+                yield pause
             finally:
                 pubsub.close()
                 client.close()
