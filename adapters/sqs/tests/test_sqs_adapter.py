@@ -465,9 +465,9 @@ def test_draining_a_busy_queue_takes_about_one_request_per_five_messages(sqs_url
     def noop(i: int) -> None:
         ran.append(i)
 
-    def requests(w: Any) -> int:
+    def requests(w: Any) -> tuple[int, int]:
         calls = dict(w.worker.adapter.calls)
-        return calls.get("ReceiveMessage", 0) + calls.get("DeleteMessageBatch", 0)
+        return calls.get("ReceiveMessage", 0), calls.get("DeleteMessageBatch", 0)
 
     try:
         for start in range(0, 800, 200):
@@ -476,11 +476,16 @@ def test_draining_a_busy_queue_takes_about_one_request_per_five_messages(sqs_url
             eventually(lambda: len(ran) >= 200, 60.0, description="200 tasks ran")
             done, calls = len(ran), requests(w)
             eventually(lambda: len(ran) >= 700, 60.0, description="700 tasks ran")
-            per_task = (requests(w) - calls) / (len(ran) - done)
+            now, n = requests(w), len(ran) - done
+            receives, acks = (now[0] - calls[0]) / n, (now[1] - calls[1]) / n
             eventually(lambda: len(ran) >= 800, 60.0, description="800 tasks ran")
         assert sorted(ran) == list(range(800))
-        # 10 per request is 0.2 per message (one receive, one ack).
-        assert per_task <= 0.3, (per_task, dict(w.worker.adapter.calls))
+        # 10 per request is 0.1 per message.  Receives ask for whole requests of 10; acks wait
+        # for 10 while a task runs, and go at once when none does (with one slot, a buffer run
+        # dry before the next receive answers): how often depends on the host's speed, from
+        # ~6 to 10 per request here.  One request per message or two would be 1.0 or 0.5.
+        assert receives <= 0.13, (receives, acks, dict(w.worker.adapter.calls))
+        assert acks <= 0.2, (receives, acks, dict(w.worker.adapter.calls))
     finally:
         app.close()
 
