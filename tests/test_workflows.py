@@ -166,7 +166,7 @@ def test_workflows_refuse_what_they_cannot_send(app):
     with pytest.raises(ConfigurationError, match="signatures"):
         group([app.tasks["wf.add"]])  # type: ignore[list-item]
     bad = app.tasks["wf.add"].s(1, 2).set(eta=1)
-    with pytest.raises(ConfigurationError, match="queue and countdown"):
+    with pytest.raises(ConfigurationError, match="options queue, countdown, not"):
         chain(bad)
 
 
@@ -264,3 +264,23 @@ def test_a_chord_without_a_result_store_is_refused_when_sent() -> None:
 
     with pytest.raises(ConfigurationError, match=r"set App\(result_store=URL\)"):
         chord([one.s()], one.s()).delay()
+
+
+def test_a_chord_keeps_the_ids_given_to_its_members_and_callback(app):
+    _chord_tasks(app)
+    t = app.tasks
+    members = [t["wf.square"].s(i).set(id=f"member-{i}") for i in (1, 2)]
+    handle = chord(members, t["wf.total"].s("s").set(id="the-callback")).delay()
+    assert handle == "the-callback"
+    with run_worker(app) as w:
+        assert handle.get(timeout=20) == "s=5"
+        w.join(timeout=20)
+    assert app.results().get("member-2").value == "4"
+
+
+def test_a_chord_refuses_members_that_share_an_id(app):
+    _chord_tasks(app)
+    t = app.tasks
+    twins = [t["wf.square"].s(i).set(id="twin") for i in (1, 2)]
+    with pytest.raises(ConfigurationError, match="distinct ids"):
+        chord(twins, t["wf.total"].s("s")).delay()

@@ -78,17 +78,19 @@ def _step(app: App, sig: Signature, message_id: str) -> dict[str, Any]:
     }
 
 
-def _checked(steps: Iterable[Signature], what: str) -> tuple[Signature, ...]:
+def _checked(
+    steps: Iterable[Signature], what: str, allowed: tuple[str, ...] = ("queue", "countdown")
+) -> tuple[Signature, ...]:
     out = tuple(steps)
     if not out:
         raise ConfigurationError(f"{what}: expected at least one signature (task.s(...))")
     for s in out:
         if not isinstance(s, Signature):
             raise ConfigurationError(f"{what}: expected signatures (task.s(...)), got {s!r}")
-        unknown = set(s.options) - {"queue", "countdown"}
+        unknown = set(s.options) - set(allowed)
         if unknown:
             raise ConfigurationError(
-                f"{what}: a step takes the options queue and countdown, not {sorted(unknown)}"
+                f"{what}: a step takes the options {', '.join(allowed)}, not {sorted(unknown)}"
             )
     return out
 
@@ -159,6 +161,10 @@ def group(members: Iterable[Signature], *, app: App | None = None) -> Group:
     return Group(checked, _app_of(checked, app))
 
 
+#: A chord's members and callback may also be given their message ids.
+_CHORD_OPTIONS = ("queue", "countdown", "id")
+
+
 @dataclass(frozen=True)
 class Chord:
     """A group whose members' values, once every member succeeded, go to a callback."""
@@ -171,15 +177,22 @@ class Chord:
         return self.apply_async()
 
     def apply_async(self) -> TaskHandle:
-        """Send the members; return the callback's handle (its result is the chord's)."""
+        """Send the members; return the callback's handle (its result is the chord's).
+
+        A member or callback given an id (``.set(id=...)``) keeps it; the others get new ones.
+        """
         app = _app_of((*self.members, self.callback), self.app)
         if app.result_store_url is None:
             raise ConfigurationError(
                 f"a chord counts its members in a result store, and app {app.name!r} has "
                 "none: set App(result_store=URL) (workers and producers alike)"
             )
-        ids = [_envelope.new_id() for _ in self.members]
-        callback_id = _envelope.new_id()
+        ids = [str(m.options.get("id") or _envelope.new_id()) for m in self.members]
+        callback_id = str(self.callback.options.get("id") or _envelope.new_id())
+        if len({*ids, callback_id}) != len(ids) + 1:
+            raise ConfigurationError(
+                "a chord's members and callback need distinct ids (each has its own result)"
+            )
         info = {
             "id": callback_id,
             "size": len(self.members),
@@ -197,8 +210,8 @@ class Chord:
 
 def chord(members: Iterable[Signature], callback: Signature, *, app: App | None = None) -> Chord:
     """``chord([a.s(1), a.s(2)], total.s())``: ``total([a(1), a(2)])`` once both succeeded."""
-    checked = _checked(members, "chord")
-    [cb] = _checked([callback], "chord callback")
+    checked = _checked(members, "chord", _CHORD_OPTIONS)
+    [cb] = _checked([callback], "chord callback", _CHORD_OPTIONS)
     return Chord(checked, cb, _app_of((*checked, cb), app))
 
 

@@ -1,23 +1,16 @@
-"""Scenario C25: task results under redelivery (docs/results.md)."""
+"""Scenarios C25-C27: task results and chords under redelivery (docs/results.md,
+docs/workflows.md)."""
 
 from __future__ import annotations
 
 import json
 import signal
 
-from ackwise import BrokerURL, get_plugins, open_result_store
+from ackwise import open_result_store
 from ackwise_conformance.harness import Harness, expect
 from ackwise_conformance.helpers import eventually
-from ackwise_conformance.result_faults import crashing
+from ackwise_conformance.result_faults import AFTER_CALLBACK, crashing
 from ackwise_conformance.scenarios import EARLY, scenario
-
-
-def result_store_url(h: Harness) -> str:
-    """The broker's own result store where its adapter has one, else a SQLite file of the
-    case (the workers share the host)."""
-    if get_plugins().adapters.result_store(BrokerURL.parse(h.broker.url).scheme) is not None:
-        return h.broker.url
-    return f"sqlite:///{h.workdir / 'results.db'}"
 
 
 @scenario(
@@ -27,7 +20,7 @@ def result_store_url(h: Harness) -> str:
 )
 def c25(h: Harness) -> None:
     h.require_processes("worker processes")
-    store_url = result_store_url(h)
+    store_url = h.result_store_url
     first = h.worker(
         pool="threads",
         env={
@@ -84,3 +77,102 @@ def c25(h: Harness) -> None:
         store.forget([mid])  # the suite leaves nothing behind
         store.close()
     h.history().expect_broker_settled(dead=0)
+
+
+@scenario(
+    "C26",
+    "a chord whose member is redelivered fires its callback exactly once",
+    na_modes={EARLY: "no EARLY cell: an early-acked member is never delivered again"},
+    cost=8,
+)
+def c26(h: Harness) -> None:
+    h.require_processes("worker processes")
+    first = h.worker(
+        pool="threads",
+        concurrency=3,
+        results=crashing(h.result_store_url, after=AFTER_CALLBACK),
+        env={"ACKWISE_PLUGINS": "ackwise_conformance.result_faults"},
+    )
+    keys = ["member-0", "member-1", "member-2"]
+    members, callback = h.publish_chord(keys, callback="callback")
+    # Its store SIGKILLs the worker once the member completing the chord sent the callback,
+    # before that member's ack: the member is delivered again and completes the chord again.
+    eventually(lambda: not first.alive(), h.patience, description="the first worker's death")
+    expect(
+        first.wait(h.t(1.0)) == -signal.SIGKILL,
+        "the first worker must die by SIGKILL, after the callback was sent",
+        h,
+    )
+    h.worker(pool="threads", concurrency=3, results=h.result_store_url)
+    h.drain()
+    history = h.history()
+    history.expect_completed(keys)
+    expect(
+        any(history.by_key(k).executions >= 2 for k in keys),
+        "the member that sent the callback was not acked: it must run again",
+        h,
+        *members,
+    )
+    fate = history.by_key("callback")
+    expect(
+        len(fate.ends) == 1,
+        f"the callback must complete exactly once; it completed {len(fate.ends)} time(s) "
+        f"(a redelivered member completes the chord again and sends it again: its "
+        f"idempotency key chord:{callback} must make that copy a no-op)",
+        h,
+        callback,
+    )
+    store = open_result_store(h.result_store_url)
+    try:
+        record = store.get(callback)
+        expect(
+            record is not None and record.state == "succeeded",
+            f"the callback's result must be stored as succeeded; found {record}",
+            h,
+            callback,
+        )
+        assert record is not None
+        values = json.loads(record.value or "{}").get("members")
+        expect(
+            isinstance(values, list) and len(values) == len(keys),
+            f"the callback must get every member's value, in order; got {values}",
+            h,
+            callback,
+        )
+    finally:
+        store.close()
+    history.expect_no_unexpected()
+    history.expect_broker_settled(dead=0)
+
+
+@scenario(
+    "C27",
+    "a chord with a dead-lettered member ends failed and says which member",
+    cost=6,
+)
+def c27(h: Harness) -> None:
+    h.worker(pool="threads", concurrency=2, results=h.result_store_url)
+    keys = ["good-0", "bad", "good-1"]
+    members, callback = h.publish_chord(keys, {"bad": {"fatal": True}})
+    eventually(lambda: h.stats().dead == 1, h.patience, description="the member's dead letter")
+    h.drain()
+    history = h.history()
+    history.expect_dead("bad", "failed", executions=1)
+    history.expect_completed(["good-0", "good-1"])
+    history.expect_no_unexpected()  # the callback was never published: it never ran
+    store = open_result_store(h.result_store_url)
+    try:
+        record = store.get(callback)
+        expect(
+            record is not None
+            and record.state in ("failed", "dead")
+            and members[1] in (record.error or "")
+            and "#1" in (record.error or ""),
+            f"the chord's record must say it failed, naming member #1 ({members[1]}); "
+            f"found {record}",
+            h,
+            members[1],
+        )
+    finally:
+        store.close()
+    history.expect_broker_settled(dead=1)

@@ -30,11 +30,13 @@ from ackwise import (
     LockInfo,
     QueueSpec,
     QueueStats,
+    chord,
     decode_envelope,
     get_plugins,
     open_adapter,
     open_idempotency_store,
     open_lock,
+    open_result_store,
 )
 from ackwise.errors import AdapterError, ConfigurationError
 from ackwise.testing import InProcessWorker
@@ -54,7 +56,7 @@ from ackwise_conformance.helpers import eventually
 from ackwise_conformance.journal import Journal
 from ackwise_conformance.processes import BeatHandle, Fire, WorkerHandle, process_stopped
 from ackwise_conformance.verdicts import NotApplicable, Pending, ScenarioFailed
-from ackwise_conformance.workload import build_app, task_name
+from ackwise_conformance.workload import build_app, callback_name, task_name
 
 #: EARLY on a broker without a global in-flight count: how long the journal must stay quiet
 #: (before the time scale) before the messages that never started count as lost.
@@ -141,7 +143,18 @@ class Harness:
             store = f"sqlite:///{workdir / 'idempotency.db'}"
             self._env["ACKWISE_CONFORMANCE_IDEMPOTENCY_STORE"] = store
         self._store_url = store
-        self.app: App = build_app(broker.url, idempotency_store=store)
+        #: Where this case's chords count their members and workers given ``results=`` store
+        #: results: the broker's own result store where its adapter has one, else a SQLite
+        #: file of the case (the workers share the host).
+        self.result_store_url = (
+            broker.url
+            if get_plugins().adapters.result_store(BrokerURL.parse(broker.url).scheme)
+            else f"sqlite:///{workdir / 'results.db'}"
+        )
+        # The producer's app: no result is stored by sending, the URL lets it send chords.
+        self.app: App = build_app(
+            broker.url, idempotency_store=store, result_store=self.result_store_url
+        )
         self.workers: list[WorkerHandle] = []
         self.beats: list[BeatHandle] = []
         self._beat_app = f"{prefix}beat-{uuid.uuid4().hex[:12]}"
@@ -152,6 +165,7 @@ class Harness:
         self._published: dict[str, str] = {}  # message id -> key
         self._idempotency_keys: dict[str, str] = {}  # message id -> its idempotency key
         self._store_keys: set[str] = set()  # as the idempotency store holds them
+        self._result_ids: set[str] = set()  # records this case's chords leave in the store
         self._probe: Adapter | None = None
         self._probe_thread: threading.Thread | None = None
         self._closed = False
@@ -224,6 +238,46 @@ class Harness:
         self.journal.write("publish-ok", ids=ids, keys=list(keys))
         return [str(i) for i in ids]
 
+    def publish_chord(
+        self,
+        keys: Sequence[str],
+        plans: Mapping[str, dict[str, Any]] | None = None,
+        *,
+        callback: str = "",
+    ) -> tuple[list[str], str]:
+        """Send a chord of one workload task per key (``plans``: by key, default none) whose
+        callback is the mode's :func:`callback_name` task; return the members' ids and the
+        callback's.
+
+        The members are published messages of the case; the callback is one too when it has
+        a key (``callback``: it must run), else it must never run (checked as unexpected).
+        Their records and the callback's idempotency key are forgotten when the case closes.
+        """
+        task = self.app.tasks[task_name(self.mode)]
+        collect = self.app.tasks[callback_name(self.mode)]
+        ids = [uuid.uuid4().hex for _ in keys]
+        callback_id = uuid.uuid4().hex
+        members = [
+            task.s(key, (plans or {}).get(key, {})).set(queue=self.queue, id=mid)
+            for key, mid in zip(keys, ids, strict=True)
+        ]
+        flow = chord(
+            members,
+            collect.s(callback or "callback").set(queue=self.queue, id=callback_id),
+            app=self.app,
+        )
+        self.journal.write("publish-invoke", keys=list(keys))
+        with self._gate:
+            self._check_open()
+            self._result_ids.update([*ids, callback_id])
+            self._store_keys.add(f"{collect.name}:chord:{callback_id}")
+            flow.apply_async()
+        self._published.update(zip(ids, keys, strict=True))
+        if callback:
+            self._published[callback_id] = callback
+        self.journal.write("publish-ok", ids=ids, keys=list(keys))
+        return ids, callback_id
+
     def idempotency_key(self, name: str) -> str:
         """A new idempotency key of this run (its prefix, ``name``, a unique part)."""
         return f"{self.prefix}{name}-{uuid.uuid4().hex[:8]}"
@@ -245,8 +299,10 @@ class Harness:
         wait_ready: bool = True,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        results: str | None = None,
     ) -> WorkerHandle:
-        """Start a worker on the case's queue (``env``: more environment for its process)."""
+        """Start a worker on the case's queue (``env``: more environment for its process;
+        ``results``: the result store URL its tasks store their results in)."""
         self._check_open()
         lease = self.lease if lease is None else lease
         index = len(self.workers)
@@ -258,6 +314,7 @@ class Harness:
                 idempotency_store=self._store_url,
                 journal=str(self.journal.path),
                 gates=str(self.gates),
+                result_store=results,
             )
             with self._gate:
                 self._check_open()
@@ -278,6 +335,8 @@ class Harness:
             args += ["--grace", str(grace)]
         args += list(extra_args)
         env = {**self._env, **(env or {})}
+        if results is not None:
+            env["ACKWISE_CONFORMANCE_RESULT_STORE"] = results
         if url is not None:
             env["ACKWISE_BROKER_URL"] = url
         with self._gate:
@@ -666,6 +725,15 @@ class Harness:
                     store.forget(sorted(self._store_keys))
                 finally:
                     store.close()
+            except (AdapterError, ConfigurationError):
+                pass
+        if self._result_ids:
+            try:
+                results = open_result_store(self.result_store_url)
+                try:
+                    results.forget(sorted(self._result_ids))
+                finally:
+                    results.close()
             except (AdapterError, ConfigurationError):
                 pass
         try:

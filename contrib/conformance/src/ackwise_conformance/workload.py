@@ -20,6 +20,9 @@ A plan (the ``plan`` keyword argument) says what one execution does, in this ord
     raise a non-retryable error.
 ``fatal_unless_gate``: name
     raise a non-retryable error unless the gate is open (a bug fixed before a replay).
+
+A chord's callback (C26, C27) is the task :func:`callback_name` of the mode: it journals its
+start and end under its key and returns the members' values it was given.
 """
 
 from __future__ import annotations
@@ -33,7 +36,15 @@ from typing import Any
 from ackwise import Ack, App, TaskContext
 from ackwise_conformance.journal import record
 
-__all__ = ["MAX_DELIVERIES", "NonRetryable", "Retryable", "app", "build_app", "task_name"]
+__all__ = [
+    "MAX_DELIVERIES",
+    "NonRetryable",
+    "Retryable",
+    "app",
+    "build_app",
+    "callback_name",
+    "task_name",
+]
 
 #: max_deliveries of every workload task (C14 / C15 use it).
 MAX_DELIVERIES = 3
@@ -52,6 +63,11 @@ class NonRetryable(Exception):
 
 def task_name(mode: Ack) -> str:
     return f"conformance.run.{mode.value}"
+
+
+def callback_name(mode: Ack) -> str:
+    """The chord callback task of ``mode``."""
+    return f"conformance.chord.{mode.value}"
 
 
 @dataclass(frozen=True)
@@ -132,6 +148,7 @@ def build_app(
     idempotency_store: str | None = None,
     journal: str | None = None,
     gates: str | None = None,
+    result_store: str | None = None,
 ) -> App:
     """The workload App on ``broker`` (default: ``$ACKWISE_BROKER_URL``).
 
@@ -140,10 +157,12 @@ def build_app(
     :param journal: the journal file its tasks write (default ``$ACKWISE_CONFORMANCE_JOURNAL``
         when a task runs).
     :param gates: the gate directory (default ``$ACKWISE_CONFORMANCE_GATES``).
+    :param result_store: where the tasks store their results (default
+        ``$ACKWISE_CONFORMANCE_RESULT_STORE``; neither: no results are stored).
     """
     fixed = _Paths(journal, gates) if journal is not None and gates is not None else None
     store = idempotency_store or os.environ.get("ACKWISE_CONFORMANCE_IDEMPOTENCY_STORE")
-    results = os.environ.get("ACKWISE_CONFORMANCE_RESULT_STORE")
+    results = result_store or os.environ.get("ACKWISE_CONFORMANCE_RESULT_STORE")
     app = App(
         "ackwise-conformance",
         broker=broker,
@@ -168,6 +187,13 @@ def build_app(
         )
         def run(ctx: TaskContext, key: str, plan: dict[str, Any] | None = None) -> dict[str, int]:
             return _execute(fixed or _Paths.from_env(), ctx, key, plan or {})
+
+        @app.task(name=callback_name(mode), ack=mode, bind=True, max_deliveries=MAX_DELIVERIES)
+        def collect(ctx: TaskContext, values: list[Any], key: str) -> dict[str, Any]:
+            paths = fixed or _Paths.from_env()
+            _journal(paths, "start", ctx, key, members=len(values))
+            _journal(paths, "end", ctx, key)
+            return {"pid": os.getpid(), "members": values}
 
     return app
 
