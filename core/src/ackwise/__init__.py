@@ -9,8 +9,16 @@ from ackwise._handle import TaskHandle
 from ackwise._hookspecs import hookimpl
 from ackwise._idempotency import ClaimResult, IdempotencyStore, KeyState
 from ackwise._locks import Claim, LeaderLock, Leadership, LockInfo
-from ackwise._plugins import Plugins, get_plugins, open_adapter, open_lock, open_result_store
+from ackwise._plugins import (
+    Plugins,
+    get_plugins,
+    open_adapter,
+    open_lock,
+    open_rate_limiter,
+    open_result_store,
+)
 from ackwise._plugins import open_store as open_idempotency_store
+from ackwise._ratelimit import RateLimiter
 from ackwise._registries import AdapterRegistry, LockRegistry
 from ackwise._results import ResultState, ResultStore, TaskResult
 from ackwise._schedule import Cron, Interval, Periodic, Schedule
@@ -86,6 +94,7 @@ __all__ = [
     "Plugins",
     "QueueSpec",
     "QueueStats",
+    "RateLimiter",
     "ResultState",
     "ResultStore",
     "Retry",
@@ -111,6 +120,7 @@ __all__ = [
     "open_adapter",
     "open_idempotency_store",
     "open_lock",
+    "open_rate_limiter",
     "open_result_store",
     "redact_url",
     "settle",

@@ -18,6 +18,7 @@ from ackwise._envelope import check_queue_name
 from ackwise._handle import TaskHandle
 from ackwise._plugins import Plugins, get_plugins, open_result_store
 from ackwise._policy import check_publish, schedule_delay
+from ackwise._ratelimit import parse_rate
 from ackwise._results import RESULT_TTL, ResultStore
 from ackwise._schedule import Periodic, declare, make_schedule
 from ackwise._semantics import Ack
@@ -153,8 +154,13 @@ class Task(Generic[P, R]):
         idempotency_key: Callable[..., str] | None = None,
         store_results: bool | None = None,
         track_started: bool = False,
+        rate_limit: str | None = None,
     ) -> None:
         self.app = app
+        #: ``"N/s"``, ``"N/m"`` or ``"N/h"``: starts shared by every worker (docs/rate-limits.md).
+        self.rate_limit = rate_limit
+        #: Seconds between two starts of this task, or ``None`` (no limit).
+        self.rate_interval = parse_rate(rate_limit, f"task {name!r}: rate_limit")
         self._store_results = store_results
         self.track_started = track_started
         self.fn = fn
@@ -225,6 +231,8 @@ class App:
         ``sqlite:///ackwise.db`` (the embedded default).  An unknown scheme is an error.
     :param idempotency_store: URL of the idempotency key store (``sqlite:///…``,
         ``postgresql://…``, ``redis://…``); default: the broker's own where it has one.
+    :param rate_limit_store: URL of the store of rate limits (``sqlite:///…``,
+        ``redis://…``); default: the broker's own where it has one (docs/rate-limits.md).
     """
 
     def __init__(
@@ -238,6 +246,7 @@ class App:
         result_store: str | None = None,
         store_results: bool = False,
         result_ttl: float = RESULT_TTL,
+        rate_limit_store: str | None = None,
     ) -> None:
         self.name = name
         self.broker_url = broker or os.environ.get("ACKWISE_BROKER_URL") or DEFAULT_BROKER
@@ -258,6 +267,13 @@ class App:
         self.result_store_url: str | None = result_store or (
             self.broker_url
             if self.plugins.adapters.result_store(parsed.scheme) is not None
+            else None
+        )
+        #: Where rate-limited tasks reserve their starts: the given URL, else the broker's own
+        #: limiter if its adapter provides one (memory, SQLite, Redis).
+        self.rate_limit_store_url: str | None = rate_limit_store or (
+            self.broker_url
+            if self.plugins.adapters.rate_limiter(parsed.scheme) is not None
             else None
         )
         if not (isinstance(result_ttl, int | float) and result_ttl > 0):
@@ -323,6 +339,7 @@ class App:
         idempotency_key: Callable[..., str] | None = None,
         store_results: bool | None = None,
         track_started: bool = False,
+        rate_limit: str | None = None,
         **options: Any,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a task.  Usable bare (``@app.task``) or with options.
@@ -339,6 +356,8 @@ class App:
         :param store_results: store what it returns, or why it failed (default: the app's
             ``store_results``); see docs/results.md.
         :param track_started: also record ``started`` when it starts (one more write a task).
+        :param rate_limit: ``"N/s"``, ``"N/m"`` or ``"N/h"``: its starts at least ``1/N`` of
+            the unit apart across every worker of the broker (docs/rate-limits.md).
         """
         if idempotency_key is not None and not callable(idempotency_key):
             raise ConfigurationError(
@@ -398,6 +417,7 @@ class App:
                 idempotency_key=idempotency_key,
                 store_results=store_results,
                 track_started=bool(track_started),
+                rate_limit=rate_limit,
             )
             self.tasks[task_name] = t
             return t

@@ -35,6 +35,7 @@ from ackwise.errors import ConfigurationError
 if TYPE_CHECKING:
     from ackwise._idempotency import IdempotencyStore
     from ackwise._locks import LeaderLock
+    from ackwise._ratelimit import RateLimiter
     from ackwise._results import ResultStore
     from ackwise._spi import Adapter
 
@@ -205,6 +206,16 @@ def open_result_store(
     return store
 
 
+def open_rate_limiter(url: str, plugins: Plugins | None = None) -> RateLimiter:
+    """Build and open the rate limiter for ``url`` (schemes come from plugins)."""
+    from ackwise._spi import BrokerURL
+
+    cls = _store_class("rate limit", url, plugins, "rate_limit_store")
+    limiter: RateLimiter = cls(BrokerURL.parse(url))
+    limiter.open()
+    return limiter
+
+
 def _store_class(kind: str, url: str, plugins: Plugins | None, setting: str) -> type[Any]:
     from ackwise._spi import BrokerURL
 
@@ -212,9 +223,7 @@ def _store_class(kind: str, url: str, plugins: Plugins | None, setting: str) -> 
     scheme = BrokerURL.parse(url).scheme
     cls = registry.store_class(kind, scheme)
     if cls is None:
-        known = (
-            registry.idempotency_schemes() if kind == "idempotency" else registry.result_schemes()
-        )
+        known = registry.store_schemes(kind)
         raise ConfigurationError(
             f"no {kind} store for {scheme!r} URLs; known: {', '.join(known)}; "
             f"set App({setting}=URL)"

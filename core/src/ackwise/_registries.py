@@ -156,7 +156,11 @@ class AdapterRegistry(_Registry[AdapterEntry]):
     def __init__(self) -> None:
         super().__init__()
         #: Store classes by kind, then scheme: (import path, plugin).
-        self._stores: dict[str, dict[str, tuple[str, str]]] = {"idempotency": {}, "result": {}}
+        self._stores: dict[str, dict[str, tuple[str, str]]] = {
+            "idempotency": {},
+            "result": {},
+            "rate limit": {},
+        }
 
     def add_idempotency_store(self, scheme: str, import_path: str) -> None:
         """Register an :class:`ackwise.IdempotencyStore` class for ``scheme://`` URLs (lazy)."""
@@ -180,6 +184,18 @@ class AdapterRegistry(_Registry[AdapterEntry]):
     def result_schemes(self) -> list[str]:
         return sorted(self._stores["result"])
 
+    def add_rate_limiter(self, scheme: str, import_path: str) -> None:
+        """Register an :class:`ackwise.RateLimiter` class for ``scheme://`` URLs (lazy)."""
+        self._add_store("rate limit", scheme, import_path)
+
+    def rate_limiter(self, scheme: str) -> type[Any] | None:
+        """The rate limiter class for ``scheme``, or ``None`` when no plugin provides one."""
+        return self.store_class("rate limit", scheme)
+
+    def store_schemes(self, kind: str) -> list[str]:
+        """The schemes with a ``kind`` (``idempotency``, ``result``, ``rate limit``) store."""
+        return sorted(self._stores[kind])
+
     def _add_store(self, kind: str, scheme: str, import_path: str) -> None:
         stores, scheme = self._stores[kind], scheme.lower()
         if scheme in stores:
@@ -190,7 +206,8 @@ class AdapterRegistry(_Registry[AdapterEntry]):
         stores[scheme] = (import_path, self._current_plugin)
 
     def store_class(self, kind: str, scheme: str) -> type[Any] | None:
-        """The ``kind`` (``idempotency``, ``result``) store class for ``scheme``, or ``None``."""
+        """The ``kind`` (``idempotency``, ``result``, ``rate limit``) store class for
+        ``scheme``, or ``None``."""
         entry = self._stores[kind].get(scheme.lower())
         if entry is None:
             return None

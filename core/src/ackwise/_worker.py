@@ -42,6 +42,7 @@ from ackwise._execution import FAILED, Job, Result
 from ackwise._executors import Completion, Executor, PreforkExecutor, ThreadExecutor
 from ackwise._held import Held, WorkerCounters
 from ackwise._intake import Intake
+from ackwise._pacing import Pacer
 from ackwise._policy import WorkerConfig, max_auto_prefetch
 from ackwise._results import ResultState, TaskResult
 from ackwise._semantics import Outcome
@@ -125,6 +126,8 @@ class Worker:
         #: Some task records ``started`` (``track_started``): a write per start batch.
         self._tracks_started = any(t.track_started and t.store_results for t in app.tasks.values())
         self._queue_cycle = itertools.cycle(self.config.queues)
+        #: Holds rate-limited tasks back until their slot (docs/rate-limits.md).
+        self.pacer = Pacer(app)
 
     # -- control ---------------------------------------------------------------------------
     def request_stop(self, cold: bool = False) -> None:
@@ -186,12 +189,14 @@ class Worker:
             t.store_results for t in self.app.tasks.values()
         ):
             self.app.results()  # raises: no store, one clear error, now
+        self.pacer.check()  # likewise: a rate limit with nowhere to share it
         if not self.connection.open(lambda: bool(self._stop_requested), self._pause):
             log.info("worker %s stopped before the broker could be reached", self.worker_id)
             return 0
         if self.app.result_store_url is not None:
             # Results of tasks that store them; chords count their members there.
             self.settler.results = self.app.results()
+        self.pacer.open()
         if cfg.pool == "prefork":
             assert cfg.app_path is not None
             executor: Executor = PreforkExecutor(cfg.app_path, cfg.concurrency, self._completions)
@@ -218,6 +223,7 @@ class Worker:
         finally:
             self._stopped.set()
             self.claims.close()
+            self.pacer.close()
             try:
                 self.adapter.close()
             except AdapterError:  # pragma: no cover - closing a broken connection
@@ -308,6 +314,9 @@ class Worker:
                         deadlines.append(grace_deadline)
                     if settler.pending:
                         deadlines.append(settler.due)
+                    paced = self.pacer.next_due()
+                    if paced is not None:
+                        deadlines.append(paced)
                     if hard_deadline != float("inf"):
                         deadlines.append(time.monotonic() + hard_deadline - time.time())
                     timeout = min(timeout, max(0.0, min(deadlines) - time.monotonic()))
@@ -389,19 +398,27 @@ class Worker:
         if free <= 0:
             return
         batch: list[Held] = []
+        waiting: list[Held] = []  # rate-limited, their slot not come yet: stay buffered
         claiming: Held | None = None
+        pacer = self.pacer if self.pacer.active else None
+        mono = time.monotonic()
         try:
             while self._buffer and len(batch) < free:
                 claiming = self._buffer.popleft()
-                if claiming.idem_key is not None or self.claims.admit(claiming, self.settler):
+                if pacer is not None and not pacer.may_start(claiming, mono):
+                    waiting.append(claiming)
+                elif claiming.idem_key is not None or self.claims.admit(claiming, self.settler):
                     batch.append(claiming)
                 claiming = None
+            self._buffer.extendleft(reversed(waiting))
+            waiting = []
             acked_ids, stale_ids = self.settler.ack_starting(batch)
         except TransientAdapterError:
             # Nothing of the batch has started.  Keep it for after the reconnect: an early ack
             # the broker did record then answers StaleReceipt (that message is not run), one
             # it did not record goes through, instead of waiting a lease to come back.
-            self._buffer.extendleft(reversed(batch if claiming is None else [*batch, claiming]))
+            back = [*waiting, *batch] if claiming is None else [*waiting, *batch, claiming]
+            self._buffer.extendleft(reversed(back))
             raise
         now = time.time()
         if self._tracks_started:

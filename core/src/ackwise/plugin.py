@@ -21,6 +21,8 @@ def ackwise_register_adapters(registry: AdapterRegistry) -> None:
     registry.add_result_store("sqlite", "ackwise._results:SQLiteResultStore")
     registry.add_result_store("postgresql", "ackwise._results:PostgresResultStore")
     registry.add_result_store("postgres", "ackwise._results:PostgresResultStore")
+    registry.add_rate_limiter("memory", "ackwise._ratelimit:MemoryRateLimiter")
+    registry.add_rate_limiter("sqlite", "ackwise._ratelimit:SQLiteRateLimiter")
 
 
 @hookimpl

@@ -1,4 +1,4 @@
-"""Registers the Redis adapter, leader lock, idempotency and result stores: names the classes by import path, imports no driver."""
+"""Registers the Redis adapter, leader lock, idempotency and result stores and rate limiter: names the classes by import path, imports no driver."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ _ADAPTER = "ackwise_redis._adapter:RedisAdapter"
 _LOCK = "ackwise_redis._lock:RedisLeaderLock"
 _IDEMPOTENCY = "ackwise_redis._idempotency:RedisIdempotencyStore"
 _RESULTS = "ackwise_redis._results:RedisResultStore"
+_RATE = "ackwise_redis._ratelimit:RedisRateLimiter"
 
 
 @hookimpl
@@ -16,6 +17,7 @@ def ackwise_register_adapters(registry: AdapterRegistry) -> None:
         registry.add(scheme, _ADAPTER, distribution="ackwise-redis")
         registry.add_idempotency_store(scheme, _IDEMPOTENCY)
         registry.add_result_store(scheme, _RESULTS)
+        registry.add_rate_limiter(scheme, _RATE)
 
 
 @hookimpl

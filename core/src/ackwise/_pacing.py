@@ -1,0 +1,75 @@
+"""A worker's side of rate limits (docs/rate-limits.md): a rate-limited task starts only at a
+slot reserved in the broker's shared :class:`~ackwise.RateLimiter`.
+
+A worker reserves a task's next slot when a delivery of it could start (a free executor slot)
+and it has no slot of that task waiting already: so it holds at most one reservation per task,
+and the slots of all workers interleave in the shared store.  Until its slot comes the delivery
+stays in the prefetch buffer (its lease renewed) and the others start past it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ackwise._plugins import open_rate_limiter
+from ackwise._ratelimit import RateLimiter
+from ackwise.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ackwise._app import App
+    from ackwise._held import Held
+
+__all__ = ["Pacer"]
+
+
+class Pacer:
+    """Which held deliveries of rate-limited tasks may start now."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        #: Whether any task of the app has a rate limit (nothing to do otherwise).
+        self.active = any(t.rate_interval is not None for t in app.tasks.values())
+        self.limiter: RateLimiter | None = None
+        self._due: dict[str, float] = {}  # task name -> when its reserved slot comes (monotonic)
+
+    def check(self) -> None:
+        """Raise now if a task has a rate limit and the app has nowhere to share it."""
+        if self.active and self.app.rate_limit_store_url is None:
+            limited = sorted(t.name for t in self.app.tasks.values() if t.rate_interval)
+            known = ", ".join(self.app.plugins.adapters.store_schemes("rate limit"))
+            raise ConfigurationError(
+                f"task {limited[0]} has a rate_limit, and broker {self.app.broker.scheme}:// "
+                f"keeps no shared rate limits: set App(rate_limit_store=URL) (schemes: {known})"
+            )
+
+    def open(self) -> None:
+        if self.active and self.limiter is None:
+            self.check()
+            assert self.app.rate_limit_store_url is not None
+            self.limiter = open_rate_limiter(self.app.rate_limit_store_url, self.app.plugins)
+
+    def close(self) -> None:
+        limiter, self.limiter = self.limiter, None
+        if limiter is not None:
+            limiter.close()
+
+    def may_start(self, h: Held, now: float) -> bool:
+        """Whether ``h`` may start at ``now`` (monotonic); reserves its task's next slot when
+        the task has none waiting here."""
+        interval = h.task.rate_interval
+        if interval is None:
+            return True
+        name = h.task.name
+        due = self._due.get(name)
+        if due is None:
+            assert self.limiter is not None, "Pacer.open() first"
+            due = now + self.limiter.reserve(name, interval)
+        if due <= now:
+            self._due.pop(name, None)
+            return True
+        self._due[name] = due
+        return False
+
+    def next_due(self) -> float | None:
+        """When the next reserved slot comes (monotonic), or ``None``."""
+        return min(self._due.values(), default=None)

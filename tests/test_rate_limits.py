@@ -1,0 +1,127 @@
+"""Rate limits per task, shared by every worker of the broker (docs/rate-limits.md)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ackwise import App, open_rate_limiter
+from ackwise._pacing import Pacer
+from ackwise._ratelimit import next_slot, parse_rate
+from ackwise.errors import ConfigurationError
+from ackwise.testing import run_worker
+
+
+@pytest.mark.parametrize(
+    ("rate", "interval"),
+    [("50/s", 0.02), ("100/m", 0.6), ("10/h", 360.0), ("0.5/s", 2.0), (" 2 / s ", 0.5)],
+)
+def test_a_rate_is_the_interval_between_two_starts(rate: str, interval: float) -> None:
+    assert parse_rate(rate) == pytest.approx(interval)
+
+
+@pytest.mark.parametrize("rate", ["fast", "10", "10/d", "0/s", "-1/s", "/s", 10])
+def test_a_bad_rate_is_refused_when_the_task_is_declared(rate: object) -> None:
+    app = App("rl", broker=f"memory://{uuid.uuid4().hex}")
+    with pytest.raises(ConfigurationError, match=r"task 'rl\.bad': rate_limit must be 'N/s'"):
+        app.task(name="rl.bad", rate_limit=rate)(lambda: None)  # type: ignore[arg-type]
+
+
+def test_slots_follow_each_other_and_a_late_one_starts_now() -> None:
+    assert next_slot(None, 100.0, 0.5) == (0.0, 100.5)
+    assert next_slot(100.5, 100.1, 0.5) == pytest.approx((0.4, 101.0))
+    assert next_slot(90.0, 100.0, 0.5) == (0.0, 100.5)  # no burst banked from the quiet time
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "memory"])
+def test_limiters_of_one_broker_share_the_slots(scheme: str, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}" if scheme == "sqlite" else f"memory://{uuid.uuid4()}"
+    a, b = open_rate_limiter(url), open_rate_limiter(url)
+    try:
+        waits = [a.reserve("t", 1.0), b.reserve("t", 1.0), a.reserve("t", 1.0)]
+        assert waits[0] == 0.0
+        assert 0.9 < waits[1] <= 1.0 and 1.9 < waits[2] <= 2.0
+        assert b.reserve("other", 1.0) == 0.0  # one slot per key
+        a.forget("t")
+        assert b.reserve("t", 1.0) == 0.0
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_worker_refuses_a_rate_limit_its_broker_cannot_share() -> None:
+    app = App("rl", broker="amqp://guest:guest@127.0.0.1:1/%2F")
+    app.task(name="rl.limited", rate_limit="1/s")(lambda: None)
+    with pytest.raises(
+        ConfigurationError,
+        match=r"task rl\.limited has a rate_limit.*"
+        r"set App\(rate_limit_store=URL\)",
+    ):
+        Pacer(app).check()
+    given = App("rl", broker="amqp://guest:guest@127.0.0.1:1/%2F", rate_limit_store="memory://x")
+    given.task(name="rl.limited", rate_limit="1/s")(lambda: None)
+    Pacer(given).check()
+
+
+def _app(tmp_path: Path) -> tuple[App, dict[str, list[float]]]:
+    app = App("rl", broker=f"sqlite:///{tmp_path / 'q.db'}")
+    starts: dict[str, list[float]] = {"limited": [], "free": []}
+    lock = threading.Lock()
+
+    @app.task(name="rl.limited", rate_limit="20/s")
+    def limited(i: int) -> None:
+        with lock:
+            starts["limited"].append(time.monotonic())
+
+    @app.task(name="rl.free")
+    def free(i: int) -> None:
+        with lock:
+            starts["free"].append(time.monotonic())
+
+    return app, starts
+
+
+def test_two_workers_together_keep_to_the_limit(tmp_path: Path) -> None:
+    app, starts = _app(tmp_path)
+    for i in range(30):
+        app.tasks["rl.limited"].delay(i)
+    with run_worker(app, concurrency=4) as w1, run_worker(app, concurrency=4) as w2:
+        w1.join(timeout=30)
+        w2.join(timeout=30)
+    times = sorted(starts["limited"])
+    assert len(times) == 30
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    # 20/s: slots 50 ms apart.  A start is timed in its executor thread, a few ms after its
+    # slot: the whole run spans the 29 intervals, and no two starts share a slot.
+    assert times[-1] - times[0] >= 29 * 0.05 * 0.95, gaps
+    assert min(gaps) >= 0.025, gaps
+    app.close()
+
+
+def test_other_tasks_start_past_a_waiting_one(tmp_path: Path) -> None:
+    app = App("rl", broker=f"sqlite:///{tmp_path / 'q.db'}")
+    done: list[str] = []
+
+    @app.task(name="rl.slow", rate_limit="1/m")
+    def slow(i: int) -> None:
+        done.append(f"slow{i}")
+
+    @app.task(name="rl.free")
+    def free() -> None:
+        done.append("free")
+
+    slow.delay(1)
+    slow.delay(2)  # its slot is a minute away
+    free.delay()
+    with run_worker(app, concurrency=2) as w:
+        deadline = time.monotonic() + 10
+        while "free" not in done and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(done) == ["free", "slow1"]
+        w.stop()
+    app.close()
