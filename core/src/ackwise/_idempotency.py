@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import abc
 import enum
-import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ackwise._spi import BrokerURL
-from ackwise._sqlite_file import SQLiteFile, run_schema
+from ackwise._sqlite_file import SQLiteStore
 from ackwise.errors import (
     BrokerUnavailable,
     ConfigurationError,
@@ -168,29 +166,12 @@ CREATE TABLE IF NOT EXISTS ackwise_idempotency (
 """
 
 
-class SQLiteIdempotencyStore(IdempotencyStore):
+class SQLiteIdempotencyStore(SQLiteStore, IdempotencyStore):
     """Keys in the SQLite database file of an embedded broker (table ``ackwise_idempotency``)."""
 
     scheme = "sqlite"
-    _file: SQLiteFile | None = None
-
-    def open(self) -> None:
-        self._file = SQLiteFile(
-            self.url,
-            what="SQLite idempotency store",
-            setup=lambda db: run_schema(db, [_SQLITE_SCHEMA]),
-        )
-        self._file.open()
-
-    def close(self) -> None:
-        file, self._file = self._file, None
-        if file is not None:
-            file.close()
-
-    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
-        if self._file is None:
-            raise TransientAdapterError(f"idempotency store {self.url}: not open")
-        return self._file.write()
+    what = "SQLite idempotency store"
+    schema = (_SQLITE_SCHEMA,)
 
     def claim(self, key: str, holder: str, lease: float) -> ClaimResult:
         now = time.time()

@@ -18,7 +18,7 @@ import time
 from typing import ClassVar
 
 from ackwise._spi import BrokerURL
-from ackwise._sqlite_file import SQLiteFile, run_schema
+from ackwise._sqlite_file import SQLiteStore
 from ackwise.errors import ConfigurationError
 
 __all__ = ["MemoryRateLimiter", "RateLimiter", "SQLiteRateLimiter", "parse_rate"]
@@ -106,33 +106,16 @@ CREATE TABLE IF NOT EXISTS ackwise_rate_limits (
 """
 
 
-class SQLiteRateLimiter(RateLimiter):
+class SQLiteRateLimiter(SQLiteStore, RateLimiter):
     """In the SQLite file of an embedded broker (table ``ackwise_rate_limits``); the workers
     share the host, hence its clock."""
 
     scheme = "sqlite"
-    _file: SQLiteFile | None = None
-
-    def open(self) -> None:
-        self._file = SQLiteFile(
-            self.url,
-            what="SQLite rate limits",
-            setup=lambda db: run_schema(db, [_SQLITE_SCHEMA]),
-        )
-        self._file.open()
-
-    def close(self) -> None:
-        file, self._file = self._file, None
-        if file is not None:
-            file.close()
-
-    def _write(self) -> SQLiteFile:
-        if self._file is None:
-            raise ConfigurationError("the SQLite rate limiter is not open")
-        return self._file
+    what = "SQLite rate limits"
+    schema = (_SQLITE_SCHEMA,)
 
     def reserve(self, key: str, interval: float) -> float:
-        with self._write().write() as db:
+        with self._tx() as db:
             row = db.execute(
                 "SELECT next FROM ackwise_rate_limits WHERE key = ?", (key,)
             ).fetchone()
@@ -145,5 +128,5 @@ class SQLiteRateLimiter(RateLimiter):
         return wait
 
     def forget(self, key: str) -> None:
-        with self._write().write() as db:
+        with self._tx() as db:
             db.execute("DELETE FROM ackwise_rate_limits WHERE key = ?", (key,))

@@ -18,17 +18,15 @@ from __future__ import annotations
 import abc
 import contextlib
 import enum
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 import msgspec
 
 from ackwise._spi import BrokerURL
-from ackwise._sqlite_file import SQLiteFile, run_schema
+from ackwise._sqlite_file import SQLiteStore
 from ackwise.errors import (
     BrokerUnavailable,
     ConfigurationError,
@@ -265,29 +263,20 @@ CREATE TABLE IF NOT EXISTS ackwise_chord_members (
 _SWEEP_EVERY = 60.0
 
 
-class SQLiteResultStore(ResultStore):
+class SQLiteResultStore(SQLiteStore, ResultStore):
     """Results in the SQLite database file of an embedded broker (table ``ackwise_results``).
 
     ``wait`` polls (SQLite cannot tell another process of a write).
     """
 
     scheme = "sqlite"
-    _file: SQLiteFile | None = None
+    what = "SQLite result store"
+    schema = (_SQLITE_SCHEMA, _SQLITE_CHORDS)
 
     def open(self) -> None:
         self._lock = threading.Lock()  # handles read from several producer threads
         self._swept = 0.0
-        self._file = SQLiteFile(
-            self.url,
-            what="SQLite result store",
-            setup=lambda db: run_schema(db, [_SQLITE_SCHEMA, _SQLITE_CHORDS]),
-        )
-        self._file.open()
-
-    def close(self) -> None:
-        file, self._file = self._file, None
-        if file is not None:
-            file.close()
+        SQLiteStore.open(self)
 
     def join(self, chord_id: str, member: int) -> int:
         now = time.time()
@@ -301,14 +290,6 @@ class SQLiteResultStore(ResultStore):
                 "SELECT COUNT(*) FROM ackwise_chord_members WHERE chord = ?", (chord_id,)
             ).fetchone()
         return int(row[0])
-
-    def _file_or_fail(self) -> SQLiteFile:
-        if self._file is None:
-            raise TransientAdapterError(f"result store {self.url}: not open")
-        return self._file
-
-    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
-        return self._file_or_fail().write()
 
     def put(self, records: Sequence[TaskResult]) -> None:
         if not records:
@@ -341,7 +322,7 @@ class SQLiteResultStore(ResultStore):
             )
 
     def get(self, message_id: str) -> TaskResult | None:
-        with self._lock, self._file_or_fail().read() as db:
+        with self._lock, self._open_file().read() as db:
             row = db.execute(
                 "SELECT record FROM ackwise_results WHERE id = ? AND expires > ?",
                 (message_id, time.time()),

@@ -14,10 +14,12 @@ and this module, so they open it, survive ``fork()`` and map driver errors the s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import ClassVar
 
 from ackwise._spi import BrokerURL
 from ackwise.errors import (
@@ -30,6 +32,7 @@ from ackwise.errors import (
 
 __all__ = [
     "SQLiteFile",
+    "SQLiteStore",
     "map_sqlite_errors",
     "parse_sqlite_url",
     "run_schema",
@@ -260,3 +263,36 @@ def run_schema(db: sqlite3.Connection, statements: Sequence[str]) -> None:
     except BaseException:
         db.rollback()
         raise
+
+
+class SQLiteStore:
+    """What the stores kept in a broker's SQLite file share (idempotency keys, results, rate
+    limits): one :class:`SQLiteFile` whose tables ``schema`` creates.  Mixed in before the
+    store's ABC: ``class S(SQLiteStore, ResultStore)``."""
+
+    #: What the store is, for messages ("SQLite result store").
+    what: ClassVar[str]
+    #: The statements that create its tables (``CREATE TABLE IF NOT EXISTS``).
+    schema: ClassVar[Sequence[str]]
+    url: BrokerURL
+    _file: SQLiteFile | None = None
+
+    def open(self) -> None:
+        self._file = SQLiteFile(
+            self.url, what=self.what, setup=lambda db: run_schema(db, self.schema)
+        )
+        self._file.open()
+
+    def close(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
+
+    def _open_file(self) -> SQLiteFile:
+        if self._file is None:
+            raise TransientAdapterError(f"{self.what} {self.url}: not open")
+        return self._file
+
+    def _tx(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``)."""
+        return self._open_file().write()
