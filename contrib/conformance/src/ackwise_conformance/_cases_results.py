@@ -9,8 +9,22 @@ import signal
 from ackwise import open_result_store
 from ackwise_conformance.harness import Harness, expect
 from ackwise_conformance.helpers import eventually
+from ackwise_conformance.processes import WorkerHandle
 from ackwise_conformance.result_faults import AFTER_CALLBACK, crashing
 from ackwise_conformance.scenarios import EARLY, scenario
+
+#: Worker processes load the faulty result stores (:mod:`ackwise_conformance.result_faults`).
+FAULTS = {"ACKWISE_PLUGINS": "ackwise_conformance.result_faults"}
+
+
+def _killed_by_its_store(h: Harness, worker: WorkerHandle, where: str) -> None:
+    """Wait for ``worker`` to die, and check that it died by SIGKILL (its store's, ``where``)."""
+    eventually(lambda: not worker.alive(), h.patience, description="the first worker's death")
+    expect(
+        worker.wait(h.t(1.0)) == -signal.SIGKILL,
+        f"the first worker must die by SIGKILL, {where}",
+        h,
+    )
 
 
 @scenario(
@@ -21,21 +35,10 @@ from ackwise_conformance.scenarios import EARLY, scenario
 def c25(h: Harness) -> None:
     h.require_processes("worker processes")
     store_url = h.result_store_url
-    first = h.worker(
-        pool="threads",
-        env={
-            "ACKWISE_CONFORMANCE_RESULT_STORE": crashing(store_url),
-            "ACKWISE_PLUGINS": "ackwise_conformance.result_faults",
-        },
-    )
+    first = h.worker(pool="threads", results=crashing(store_url), env=FAULTS)
     [mid] = h.publish(["victim"])
     # Its store SIGKILLs the worker right after the success is written: the ack never goes.
-    eventually(lambda: not first.alive(), h.patience, description="the first worker's death")
-    expect(
-        first.wait(h.t(1.0)) == -signal.SIGKILL,
-        "the first worker must die by SIGKILL, in its result store's put",
-        h,
-    )
+    _killed_by_its_store(h, first, "in its result store's put")
     store = open_result_store(store_url)
     try:
         stored = store.get(mid)
@@ -46,7 +49,7 @@ def c25(h: Harness) -> None:
             mid,
         )
         assert stored is not None
-        h.worker(pool="threads", env={"ACKWISE_CONFORMANCE_RESULT_STORE": store_url})
+        h.worker(pool="threads", results=store_url)
         h.drain()
         fate = h.history().by_key("victim")
         if h.mode is EARLY:
@@ -87,22 +90,13 @@ def c25(h: Harness) -> None:
 )
 def c26(h: Harness) -> None:
     h.require_processes("worker processes")
-    first = h.worker(
-        pool="threads",
-        concurrency=3,
-        results=crashing(h.result_store_url, after=AFTER_CALLBACK),
-        env={"ACKWISE_PLUGINS": "ackwise_conformance.result_faults"},
-    )
+    faulty = crashing(h.result_store_url, after=AFTER_CALLBACK)
+    first = h.worker(pool="threads", concurrency=3, results=faulty, env=FAULTS)
     keys = ["member-0", "member-1", "member-2"]
     members, callback = h.publish_chord(keys, callback="callback")
     # Its store SIGKILLs the worker once the member completing the chord sent the callback,
     # before that member's ack: the member is delivered again and completes the chord again.
-    eventually(lambda: not first.alive(), h.patience, description="the first worker's death")
-    expect(
-        first.wait(h.t(1.0)) == -signal.SIGKILL,
-        "the first worker must die by SIGKILL, after the callback was sent",
-        h,
-    )
+    _killed_by_its_store(h, first, "after the callback was sent")
     h.worker(pool="threads", concurrency=3, results=h.result_store_url)
     h.drain()
     history = h.history()
