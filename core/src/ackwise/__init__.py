@@ -1,6 +1,6 @@
 """ackwise: a Python task queue with explicit, provable delivery guarantees."""
 
-from ackwise._app import TRANSIENT_ERRORS, App, Retry, RetryPolicy, Signature, Task, TaskContext
+from ackwise._app import App
 from ackwise._beat import Beat, BeatConfig
 from ackwise._canvas import Chain, Chord, Group, GroupHandle, chain, chord, group
 from ackwise._envelope import ENVELOPE_VERSION, Attempt, Envelope
@@ -48,6 +48,7 @@ from ackwise._spi import (
     fork_generation,
     redact_url,
 )
+from ackwise._task import TRANSIENT_ERRORS, Retry, RetryPolicy, Signature, Task, TaskContext
 from ackwise._worker import Worker, WorkerConfig
 
 __version__ = "0.1.0"

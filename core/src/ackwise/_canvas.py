@@ -24,9 +24,10 @@ from typing import Any
 import msgspec
 
 from ackwise import _envelope
-from ackwise._app import App, Signature, Task
+from ackwise._app import App
 from ackwise._handle import TaskHandle
 from ackwise._spi import Outgoing
+from ackwise._task import Signature, Task
 from ackwise.errors import ConfigurationError
 
 __all__ = [

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ackwise import _envelope, _tracing
-from ackwise._app import TaskContext
 from ackwise._canvas import CHAIN, CHORD
+from ackwise._task import TaskContext
 from ackwise.errors import ConfigurationError, NotSerializable, SoftTimeLimitExceeded
 
 if TYPE_CHECKING:
-    from ackwise._app import App, Task
+    from ackwise._app import App
+    from ackwise._task import Task
 
 OK = 0
 FAILED = 1

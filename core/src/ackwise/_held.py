@@ -9,7 +9,7 @@ from ackwise import _envelope
 from ackwise._spi import Delivery
 
 if TYPE_CHECKING:
-    from ackwise._app import Task
+    from ackwise._task import Task
 
 __all__ = ["Held", "WorkerCounters"]
 

@@ -15,7 +15,8 @@ from ackwise._spi import Adapter, Capabilities, LeaseExtension
 from ackwise.errors import ConfigurationError, InvalidSchedule, MessageTooLarge
 
 if TYPE_CHECKING:
-    from ackwise._app import App, Task
+    from ackwise._app import App
+    from ackwise._task import Task
 
 __all__ = [
     "POOLS",

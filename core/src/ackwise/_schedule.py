@@ -32,7 +32,8 @@ from ackwise._envelope import check_json, check_queue_name
 from ackwise.errors import ConfigurationError, PublishError
 
 if TYPE_CHECKING:
-    from ackwise._app import App, Task
+    from ackwise._app import App
+    from ackwise._task import Task
 
 __all__ = ["MISSED_POLICIES", "Cron", "Interval", "Periodic", "Schedule", "from_us", "to_us"]
 

@@ -33,7 +33,7 @@ from ackwise._events import (
 from ackwise._logconfig import TASK_LOGGER
 
 if TYPE_CHECKING:
-    from ackwise._app import Task
+    from ackwise._task import Task
 
 __all__ = ["LEVELS", "TASK_LOGGER", "TaskLog"]
 
