@@ -1,4 +1,4 @@
-"""Level 2 of the conformance suite (the scenario catalogue C01-C27, B01-B04) on the built-in brokers."""
+"""Level 2 of the conformance suite (the scenario catalogue C01-C28, B01-B04) on the built-in brokers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Crash tests on the embedded SQLite broker beyond the conformance catalogue.
 
-The catalogue itself (C01-C27 in every mode) runs in tests/test_crash_conformance.py; these
+The catalogue itself (C01-C28 in every mode) runs in tests/test_crash_conformance.py; these
 add faults it does not: random SIGKILLs of workers and executors during a drain, and a long
 task under the prefork pool.  They use the same harness, journal and checker.
 """

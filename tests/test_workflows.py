@@ -166,7 +166,9 @@ def test_workflows_refuse_what_they_cannot_send(app):
     with pytest.raises(ConfigurationError, match="signatures"):
         group([app.tasks["wf.add"]])  # type: ignore[list-item]
     bad = app.tasks["wf.add"].s(1, 2).set(eta=1)
-    with pytest.raises(ConfigurationError, match="options queue, countdown, not"):
+    with pytest.raises(
+        ConfigurationError, match="a step takes the options queue, countdown, id, not"
+    ):
         chain(bad)
 
 
@@ -284,3 +286,16 @@ def test_a_chord_refuses_members_that_share_an_id(app):
     twins = [t["wf.square"].s(i).set(id="twin") for i in (1, 2)]
     with pytest.raises(ConfigurationError, match="distinct ids"):
         chord(twins, t["wf.total"].s("s")).delay()
+
+
+def test_a_chain_keeps_the_ids_given_to_its_steps(app):
+    _tasks(app)
+    t = app.tasks
+    handle = chain(
+        t["wf.add"].s(1, 2).set(id="step-a"), t["wf.double"].s().set(id="step-b")
+    ).delay()
+    assert handle == "step-b"
+    with run_worker(app) as w:
+        assert handle.get(timeout=20) == 6
+        w.join(timeout=20)
+    assert app.results().get("step-a").value == "3"

@@ -1,4 +1,4 @@
-"""Level 2 of the conformance suite (crash scenarios C01-C27) against a private RabbitMQ node.
+"""Level 2 of the conformance suite (crash scenarios C01-C28) against a private RabbitMQ node.
 
 Real ``ackwise worker`` processes, real signals, a TCP fault proxy (C18) and a restart of the
 suite-owned, durable node (C19).  The URL asks for 2 s heartbeats: a frozen worker (C07, C08)

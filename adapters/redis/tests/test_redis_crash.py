@@ -1,4 +1,4 @@
-"""Level 2 of the conformance suite (crash scenarios C01-C27) against a private redis-server.
+"""Level 2 of the conformance suite (crash scenarios C01-C28) against a private redis-server.
 
 Real ``ackwise worker`` processes, real signals, a TCP fault proxy (C18) and a restart of the
 suite-owned, durable redis-server (C19).

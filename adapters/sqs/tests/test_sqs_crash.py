@@ -1,4 +1,4 @@
-"""Level 2 of the conformance suite (crash scenarios C01-C27) against moto's server.
+"""Level 2 of the conformance suite (crash scenarios C01-C28) against moto's server.
 
 Real ``ackwise worker`` processes, real signals, and a TCP fault proxy in front of moto (C18),
 every applicable scenario in all three modes, C21's 5,000 messages included.  C19 is n/a: moto

@@ -96,6 +96,21 @@ def _checked(
     return out
 
 
+#: The send options a chain's steps or a chord's members and callback take: they may also be
+#: given their message ids.
+_OPTIONS = ("queue", "countdown", "id")
+
+
+def _ids(steps: Sequence[Signature], what: str) -> list[str]:
+    """The steps' message ids: each the one it was given (``.set(id=...)``), else a new one."""
+    ids = [str(s.options.get("id") or _envelope.new_id()) for s in steps]
+    if len(set(ids)) != len(ids):
+        raise ConfigurationError(
+            f"a {what}'s steps need distinct ids (each has its own message and result)"
+        )
+    return ids
+
+
 @dataclass(frozen=True)
 class Chain:
     """Steps run one after another, each given the previous one's return value first."""
@@ -109,11 +124,12 @@ class Chain:
     def apply_async(self) -> TaskHandle:
         """Send the first step; return the last step's handle (its result is the chain's)."""
         app = _app_of(self.steps, self.app)
-        ids = [_envelope.new_id() for _ in self.steps]
+        ids = _ids(self.steps, "chain")
         rest = [_step(app, s, mid) for s, mid in zip(self.steps[1:], ids[1:], strict=True)]
         first = self.steps[0]
         headers = {CHAIN: rest, CHAIN_END: ids[-1]} if rest else {}
         options = {"queue": None, **first.options}
+        options.pop("id", None)
         app._send_one(first.task, first.args, first.kwargs, headers=headers, id=ids[0], **options)
         last = self.steps[-1]
         return app._handle(ids[-1], last.task)
@@ -121,7 +137,7 @@ class Chain:
 
 def chain(*steps: Signature, app: App | None = None) -> Chain:
     """``chain(a.s(1), b.s(), c.s())``: ``c(b(a(1)))``, one message per step."""
-    checked = _checked(steps, "chain")
+    checked = _checked(steps, "chain", _OPTIONS)
     return Chain(checked, _app_of(checked, app))
 
 
@@ -162,10 +178,6 @@ def group(members: Iterable[Signature], *, app: App | None = None) -> Group:
     return Group(checked, _app_of(checked, app))
 
 
-#: A chord's members and callback may also be given their message ids.
-_CHORD_OPTIONS = ("queue", "countdown", "id")
-
-
 @dataclass(frozen=True)
 class Chord:
     """A group whose members' values, once every member succeeded, go to a callback."""
@@ -188,12 +200,7 @@ class Chord:
                 f"a chord counts its members in a result store, and app {app.name!r} has "
                 "none: set App(result_store=URL) (workers and producers alike)"
             )
-        ids = [str(m.options.get("id") or _envelope.new_id()) for m in self.members]
-        callback_id = str(self.callback.options.get("id") or _envelope.new_id())
-        if len({*ids, callback_id}) != len(ids) + 1:
-            raise ConfigurationError(
-                "a chord's members and callback need distinct ids (each has its own result)"
-            )
+        *ids, callback_id = _ids((*self.members, self.callback), "chord")
         info = {
             "id": callback_id,
             "size": len(self.members),
@@ -211,8 +218,8 @@ class Chord:
 
 def chord(members: Iterable[Signature], callback: Signature, *, app: App | None = None) -> Chord:
     """``chord([a.s(1), a.s(2)], total.s())``: ``total([a(1), a(2)])`` once both succeeded."""
-    checked = _checked(members, "chord", _CHORD_OPTIONS)
-    [cb] = _checked([callback], "chord callback", _CHORD_OPTIONS)
+    checked = _checked(members, "chord", _OPTIONS)
+    [cb] = _checked([callback], "chord callback", _OPTIONS)
     return Chord(checked, cb, _app_of((*checked, cb), app))
 
 

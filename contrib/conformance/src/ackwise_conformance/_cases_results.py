@@ -1,4 +1,4 @@
-"""Scenarios C25-C27: task results and chords under redelivery (docs/results.md,
+"""Scenarios C25-C28: task results, chords and chains under redelivery (docs/results.md,
 docs/workflows.md)."""
 
 from __future__ import annotations
@@ -170,3 +170,38 @@ def c27(h: Harness) -> None:
     finally:
         store.close()
     history.expect_broker_settled(dead=1)
+
+
+@scenario(
+    "C28",
+    "a chain step killed after it sent the next step, before its ack: the next step runs once",
+    na_modes={EARLY: "no EARLY cell: an early-acked step is never delivered again"},
+    cost=6,
+)
+def c28(h: Harness) -> None:
+    h.require_processes("worker processes")
+    first = h.worker(pool="threads", results=crashing(h.result_store_url), env=FAULTS)
+    ids = h.publish_chain(["step-1", "step-2"])
+    # Its store SIGKILLs the worker as it writes step 1's success, which comes after step 2 is
+    # sent and before step 1's ack: step 1 runs again and sends step 2 again.
+    _killed_by_its_store(h, first, "after step 1 sent step 2")
+    h.worker(pool="threads", results=h.result_store_url)
+    h.drain()
+    history = h.history()
+    expect(
+        history.by_key("step-1").executions >= 2,
+        "step 1 was not acked: it must run again",
+        h,
+        ids[0],
+    )
+    fate = history.by_key("step-2")
+    expect(
+        len(fate.ends) == 1,
+        f"step 2 must complete exactly once; it completed {len(fate.ends)} time(s) (step 1 "
+        f"ran again and sent it again: its idempotency key chain:{ids[1]} must make that "
+        "copy a no-op)",
+        h,
+        ids[1],
+    )
+    history.expect_no_unexpected()
+    history.expect_broker_settled(dead=0)

@@ -30,6 +30,7 @@ from ackwise import (
     LockInfo,
     QueueSpec,
     QueueStats,
+    chain,
     chord,
     decode_envelope,
     get_plugins,
@@ -277,6 +278,28 @@ class Harness:
             self._published[callback_id] = callback
         self.journal.write("publish-ok", ids=ids, keys=list(keys))
         return ids, callback_id
+
+    def publish_chain(self, keys: Sequence[str]) -> list[str]:
+        """Send a chain: the mode's workload task under the first key, then the mode's
+        :func:`callback_name` task under each other key (it takes the previous value first);
+        return the steps' ids, all published messages of the case."""
+        first = self.app.tasks[task_name(self.mode)]
+        then = self.app.tasks[callback_name(self.mode)]
+        ids = [uuid.uuid4().hex for _ in keys]
+        steps = [first.s(keys[0], {}).set(queue=self.queue, id=ids[0])]
+        steps += [
+            then.s(key).set(queue=self.queue, id=mid)
+            for key, mid in zip(keys[1:], ids[1:], strict=True)
+        ]
+        self.journal.write("publish-invoke", keys=list(keys))
+        with self._gate:
+            self._check_open()
+            self._result_ids.update(ids)
+            self._store_keys.update(f"{then.name}:chain:{mid}" for mid in ids[1:])
+            chain(*steps, app=self.app).apply_async()
+        self._published.update(zip(ids, keys, strict=True))
+        self.journal.write("publish-ok", ids=ids, keys=list(keys))
+        return ids
 
     def idempotency_key(self, name: str) -> str:
         """A new idempotency key of this run (its prefix, ``name``, a unique part)."""

@@ -1,4 +1,4 @@
-"""The crash-scenario catalogue, one function per scenario (ids C01-C27, B01-B04).
+"""The crash-scenario catalogue, one function per scenario (ids C01-C28, B01-B04).
 
 Each scenario drives a :class:`~ackwise_conformance.harness.Harness` for one delivery mode and
 raises :class:`ScenarioFailed` when the adapter breaks the delivery contract (docs/semantics.md),
@@ -190,7 +190,7 @@ from ackwise_conformance import (  # noqa: E402
 )
 
 _CATALOGUE = (_cases_worker, _cases_failure, _cases_broker, _cases_results, _cases_beat)
-# In catalogue order (C01-C27, then B01-B04), whatever order the modules were imported in.
+# In catalogue order (C01-C28, then B01-B04), whatever order the modules were imported in.
 _ordered = sorted(SCENARIOS.items(), key=lambda item: (not item[0].startswith("C"), item[0]))
 SCENARIOS.clear()
 SCENARIOS.update(_ordered)
