@@ -353,7 +353,7 @@ class MemoryLeaderLock(LeaderLock):
         super().__init__(url)
         if url.query:
             raise InvalidBrokerURL(f"memory:// takes no options, got {sorted(url.query)} in {url}")
-        key = (url.host + url.path).strip("/") or "default"
+        key = url.in_process_name
         with _memory_lock:
             self._store = _memory_stores.setdefault(key, _MemoryStore())
         self.clock = clock

@@ -132,7 +132,7 @@ class MemoryAdapter(Adapter):
         super().__init__(url)
         if url.query:
             raise InvalidBrokerURL(f"memory:// takes no options, got {sorted(url.query)} in {url}")
-        self.broker_name = (url.host + url.path).strip("/") or "default"
+        self.broker_name = url.in_process_name
         self._broker: MemoryBroker | None = None
 
     @property

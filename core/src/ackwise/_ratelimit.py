@@ -80,7 +80,7 @@ class MemoryRateLimiter(RateLimiter):
     scheme = "memory"
 
     def open(self) -> None:
-        name = (self.url.host + self.url.path).strip("/") or "default"
+        name = self.url.in_process_name
         with _memory_lock:
             self._slots = _memory.setdefault(name, {})
 

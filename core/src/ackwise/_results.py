@@ -191,7 +191,7 @@ class MemoryResultStore(ResultStore):
     scheme = "memory"
 
     def open(self) -> None:
-        name = (self.url.host + self.url.path).strip("/") or "default"
+        name = self.url.in_process_name
         with _memory_lock:
             self._state = _memory.setdefault(name, _MemoryState())
 

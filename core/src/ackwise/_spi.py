@@ -238,6 +238,11 @@ class BrokerURL:
             query=query,
         )
 
+    @property
+    def in_process_name(self) -> str:
+        """The name in-process state (``memory://name``) is shared under: host and path."""
+        return (self.host + self.path).strip("/") or "default"
+
     def __str__(self) -> str:
         return redact_url(self.raw)
 
