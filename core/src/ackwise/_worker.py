@@ -314,7 +314,7 @@ class Worker:
                         deadlines.append(grace_deadline)
                     if settler.pending:
                         deadlines.append(settler.due)
-                    paced = self.pacer.next_due()
+                    paced = self.pacer.next_due() if self.pacer.active else None
                     if paced is not None:
                         deadlines.append(paced)
                     if hard_deadline != float("inf"):
@@ -401,7 +401,7 @@ class Worker:
         waiting: list[Held] = []  # rate-limited, their slot not come yet: stay buffered
         claiming: Held | None = None
         pacer = self.pacer if self.pacer.active else None
-        mono = time.monotonic()
+        mono = time.monotonic() if pacer is not None else 0.0
         try:
             while self._buffer and len(batch) < free:
                 claiming = self._buffer.popleft()
