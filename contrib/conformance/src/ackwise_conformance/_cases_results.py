@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import signal
 
-from ackwise import open_result_store
+from ackwise import ResultStore, TaskResult, open_result_store
 from ackwise_conformance.harness import Harness, expect
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.processes import WorkerHandle
@@ -27,6 +27,19 @@ def _killed_by_its_store(h: Harness, worker: WorkerHandle, where: str) -> None:
     )
 
 
+def _succeeded(h: Harness, store: ResultStore, mid: str, what: str) -> TaskResult:
+    """The ``succeeded`` record of ``mid`` in ``store``; the case fails naming ``what``."""
+    record = store.get(mid)
+    expect(
+        record is not None and record.state == "succeeded",
+        f"{what} must be stored as succeeded; found {record}",
+        h,
+        mid,
+    )
+    assert record is not None
+    return record
+
+
 @scenario(
     "C25",
     "a result is written once under redelivery (killed after the store write, before the ack)",
@@ -41,14 +54,7 @@ def c25(h: Harness) -> None:
     _killed_by_its_store(h, first, "in its result store's put")
     store = open_result_store(store_url)
     try:
-        stored = store.get(mid)
-        expect(
-            stored is not None and stored.state == "succeeded",
-            f"the first execution's success must be stored before the ack; found {stored}",
-            h,
-            mid,
-        )
-        assert stored is not None
+        stored = _succeeded(h, store, mid, "the first execution's result (written before the ack)")
         h.worker(pool="threads", results=store_url)
         h.drain()
         fate = h.history().by_key("victim")
@@ -118,14 +124,7 @@ def c26(h: Harness) -> None:
     )
     store = open_result_store(h.result_store_url)
     try:
-        record = store.get(callback)
-        expect(
-            record is not None and record.state == "succeeded",
-            f"the callback's result must be stored as succeeded; found {record}",
-            h,
-            callback,
-        )
-        assert record is not None
+        record = _succeeded(h, store, callback, "the callback's result")
         values = json.loads(record.value or "{}").get("members")
         expect(
             isinstance(values, list) and len(values) == len(keys),
