@@ -125,3 +125,21 @@ def test_other_tasks_start_past_a_waiting_one(tmp_path: Path) -> None:
         assert sorted(done) == ["free", "slow1"]
         w.stop()
     app.close()
+
+
+def test_a_delivery_waiting_for_its_slot_keeps_its_lease(tmp_path: Path) -> None:
+    """A message held back by its rate limit stays held (its lease renewed): it is not
+    delivered again while it waits, here 2 s for a slot with a lease of 0.6 s."""
+    app = App("rl", broker=f"sqlite:///{tmp_path / 'q.db'}")
+    attempts: list[int] = []
+
+    @app.task(name="rl.slow", rate_limit="0.5/s", bind=True)
+    def slow(ctx, i: int) -> None:  # type: ignore[no-untyped-def]
+        attempts.append(ctx.attempt)
+
+    slow.delay(1)
+    slow.delay(2)
+    with run_worker(app, concurrency=2, lease=0.6) as w:
+        w.join(timeout=20)
+    assert attempts == [1, 1]
+    app.close()
