@@ -478,7 +478,11 @@ def test_draining_a_busy_queue_takes_about_one_request_per_five_messages(sqs_url
         with run_worker(app, queues=[queue], concurrency=1, prefetch=40) as w:
             eventually(lambda: len(ran) >= 200, 60.0, description="200 tasks ran")
             done, calls = len(ran), requests(w)
-            eventually(lambda: len(ran) >= 700, 60.0, description="700 tasks ran")
+            # Measured while the queue still holds messages: once all 800 are received (after
+            # ~760 ran, with 40 held), the worker polls the empty queue while its last tasks
+            # run, ~20 empty receives that a window ending late counted (0.136 in a README run;
+            # every receive before them carried 10).
+            eventually(lambda: len(ran) >= 500, 60.0, description="500 tasks ran")
             now, n = requests(w), len(ran) - done
             receives, acks = (now[0] - calls[0]) / n, (now[1] - calls[1]) / n
             eventually(lambda: len(ran) >= 800, 60.0, description="800 tasks ran")
