@@ -167,7 +167,7 @@ def test_workflows_refuse_what_they_cannot_send(app):
         group([app.tasks["wf.add"]])  # type: ignore[list-item]
     bad = app.tasks["wf.add"].s(1, 2).set(eta=1)
     with pytest.raises(
-        ConfigurationError, match="a step takes the options queue, countdown, id, not"
+        ConfigurationError, match="a step takes the options queue, countdown, id, priority, not"
     ):
         chain(bad)
 

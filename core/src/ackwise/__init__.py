@@ -35,6 +35,7 @@ from ackwise._semantics import (
     settle,
 )
 from ackwise._spi import (
+    MAX_PRIORITY,
     Adapter,
     AttemptCount,
     BrokerURL,
@@ -55,6 +56,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ENVELOPE_VERSION",
+    "MAX_PRIORITY",
     "TRANSIENT_ERRORS",
     "Ack",
     "AckMessage",

@@ -14,11 +14,11 @@ from ackwise import _envelope, _tracing
 from ackwise._envelope import check_queue_name
 from ackwise._handle import TaskHandle
 from ackwise._plugins import Plugins, get_plugins, open_result_store
-from ackwise._policy import check_publish, schedule_delay
+from ackwise._policy import check_priority, check_publish, schedule_delay
 from ackwise._results import RESULT_TTL, ResultStore
 from ackwise._schedule import Periodic, declare, make_schedule
 from ackwise._semantics import Ack
-from ackwise._spi import Adapter, BrokerURL, Outgoing, QueueSpec
+from ackwise._spi import Adapter, BrokerURL, Capabilities, Outgoing, QueueSpec
 from ackwise._task import TRANSIENT_ERRORS, RetryPolicy, Signature, Task
 from ackwise.errors import ConfigurationError
 
@@ -93,6 +93,7 @@ class App:
         self.tasks: dict[str, Task[..., Any]] = {}
         self._schedules: dict[str, Periodic] = {}
         self._producer: Adapter | None = None
+        self._capabilities: Capabilities | None = None
         self._declared: set[str] = set()
         self._lock = threading.Lock()
 
@@ -121,7 +122,10 @@ class App:
         time_limit: float | None = ...,
         soft_time_limit: float | None = ...,
         idempotency_key: Callable[..., str] | None = ...,
-        **options: Any,
+        store_results: bool | None = ...,
+        track_started: bool = ...,
+        rate_limit: str | None = ...,
+        priority: int = ...,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # the decorator-factory overload binds P, R late
@@ -146,7 +150,7 @@ class App:
         store_results: bool | None = None,
         track_started: bool = False,
         rate_limit: str | None = None,
-        **options: Any,
+        priority: int = 0,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a task.  Usable bare (``@app.task``) or with options.
 
@@ -164,6 +168,8 @@ class App:
         :param track_started: also record ``started`` when it starts (one more write a task).
         :param rate_limit: ``"N/s"``, ``"N/m"`` or ``"N/h"``: its starts at least ``1/N`` of
             the unit apart across every worker of the broker (docs/rate-limits.md).
+        :param priority: 0 (lowest, the default) to 9: its calls' priority unless a call says
+            otherwise; refused on a broker without priorities (docs/priorities.md).
         """
         if idempotency_key is not None and not callable(idempotency_key):
             raise ConfigurationError(
@@ -208,6 +214,13 @@ class App:
             task_name = name or f"{f.__module__}.{f.__qualname__}"
             if task_name in self.tasks and self.tasks[task_name].fn is not f:
                 raise ConfigurationError(f"task name {task_name!r} is registered twice")
+            check_priority(
+                f"task {task_name!r}",
+                priority,
+                lambda: self.capabilities,
+                self._broker.scheme,
+                ConfigurationError,
+            )
             t: Task[P, R] = Task(
                 self,
                 f,
@@ -217,13 +230,13 @@ class App:
                 max_deliveries=max_deliveries,
                 bind=bind,
                 retry=policy,
-                options=options,
                 time_limit=float(time_limit) if time_limit is not None else None,
                 soft_time_limit=float(soft_time_limit) if soft_time_limit is not None else None,
                 idempotency_key=idempotency_key,
                 store_results=store_results,
                 track_started=bool(track_started),
                 rate_limit=rate_limit,
+                priority=priority,
             )
             self.tasks[task_name] = t
             return t
@@ -240,6 +253,13 @@ class App:
     def adapter(self) -> Adapter:
         """Return a new, unopened adapter for this app's broker."""
         return self._adapter_cls(self._broker)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this app's broker can do, as its URL configures it (no connection needed)."""
+        if self._capabilities is None:
+            self._capabilities = self.adapter().capabilities
+        return self._capabilities
 
     @property
     def adapter_class(self) -> type[Adapter]:
@@ -314,19 +334,29 @@ class App:
         queue: str | None = None,
         headers: dict[str, Any] | None = None,
         id: str | None = None,
+        priority: int | None = None,
     ) -> TaskHandle:
         """Send a task by name, without importing it; return its handle (the message id).
 
         The name is checked only as a message's task name: whether a worker knows the task is
         the worker's to decide (``--unknown-task-delay``).  The queue is ``queue``, else the
         queue of the task of that name if this app has one, else the app's default queue.
-        The other options are :meth:`Task.apply_async`'s.
+        The priority is ``priority``, else that task's, else 0.  The other options are
+        :meth:`Task.apply_async`'s.
 
-        :raises PublishError: an invalid task or queue name; nothing was published.
+        :raises PublishError: an invalid task or queue name or priority; nothing was published.
         :raises NotSerializable: an argument or header is not JSON; nothing was published.
         """
         return self._send_one(
-            task, args, kwargs, countdown=countdown, eta=eta, queue=queue, headers=headers, id=id
+            task,
+            args,
+            kwargs,
+            countdown=countdown,
+            eta=eta,
+            queue=queue,
+            headers=headers,
+            id=id,
+            priority=priority,
         )
 
     def _send_one(
@@ -363,7 +393,7 @@ class App:
         **options: Any,
     ) -> Signature:
         """A call of the task named ``task``, for :meth:`send_many`; ``options`` are
-        :meth:`send`'s (``countdown``, ``eta``, ``queue``, ``headers``, ``id``)."""
+        :meth:`send`'s (``countdown``, ``eta``, ``queue``, ``headers``, ``id``, ``priority``)."""
         self._target(task)
         return Signature(task, tuple(args), dict(kwargs or {}), options)
 
@@ -374,6 +404,14 @@ class App:
         name = _envelope.check_task_name(task)
         known = self.tasks.get(name)
         return name, known.queue if known is not None else self.default_queue
+
+    def _priority(self, task: Task[..., Any] | str, priority: int | None) -> int:
+        """A call's priority: the one given, else its task's, else 0; checked."""
+        if priority is None:
+            known = task if isinstance(task, Task) else self.tasks.get(task)
+            return known.priority if known is not None else 0
+        name = task.name if isinstance(task, Task) else task
+        return check_priority(name, priority, lambda: self.capabilities, self._broker.scheme)
 
     def _prepare(
         self,
@@ -386,8 +424,10 @@ class App:
         queue: str | None = None,
         headers: dict[str, Any] | None = None,
         id: str | None = None,
+        priority: int | None = None,
     ) -> tuple[str, Outgoing]:
         name, default_queue = self._target(task)
+        priority = self._priority(task, priority)
         args = list(args) if args is not None else []
         kwargs = dict(kwargs) if kwargs is not None else {}
         if args:
@@ -408,11 +448,12 @@ class App:
             queue=q,
             created_at=created,
             eta=created + delay if delay else None,
+            priority=priority,
             headers=headers or {},
         )
         body = _envelope.encode(env)
         check_publish(name, self._adapter_cls.capabilities, self._broker.scheme, body, delay)
-        return q, Outgoing(env.id, body, delay)
+        return q, Outgoing(env.id, body, delay, priority)
 
     def _publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
         with self._lock:

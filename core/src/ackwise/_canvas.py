@@ -26,7 +26,7 @@ import msgspec
 from ackwise import _envelope
 from ackwise._app import App
 from ackwise._handle import TaskHandle
-from ackwise._spi import Outgoing
+from ackwise._spi import MAX_PRIORITY, Outgoing
 from ackwise._task import Signature, Task
 from ackwise.errors import ConfigurationError
 
@@ -76,11 +76,14 @@ def _step(app: App, sig: Signature, message_id: str) -> dict[str, Any]:
         "args": list(sig.args),
         "kwargs": dict(sig.kwargs),
         "countdown": sig.options.get("countdown"),
+        "priority": app._priority(sig.task, sig.options.get("priority")),
     }
 
 
 def _checked(
-    steps: Iterable[Signature], what: str, allowed: tuple[str, ...] = ("queue", "countdown")
+    steps: Iterable[Signature],
+    what: str,
+    allowed: tuple[str, ...] = ("queue", "countdown", "priority"),
 ) -> tuple[Signature, ...]:
     out = tuple(steps)
     if not out:
@@ -98,7 +101,7 @@ def _checked(
 
 #: The send options a chain's steps or a chord's members and callback take: they may also be
 #: given their message ids.
-_OPTIONS = ("queue", "countdown", "id")
+_OPTIONS = ("queue", "countdown", "id", "priority")
 
 
 def _ids(steps: Sequence[Signature], what: str) -> list[str]:
@@ -243,6 +246,13 @@ def next_step(env: _envelope.Envelope, value_json: str | None) -> tuple[str, Out
     return _message(step, value, headers)
 
 
+def _priority_of(step: dict[str, Any]) -> int:
+    """A step's priority as its header carries it (0 for anything but 0-9: a header ackwise
+    did not write does not stop the step)."""
+    p = step.get("priority")
+    return p if type(p) is int and 0 <= p <= MAX_PRIORITY else 0
+
+
 def _message(step: dict[str, Any], value: Any, headers: dict[str, Any]) -> tuple[str, Outgoing]:
     created = time.time()
     delay = float(step.get("countdown") or 0.0)
@@ -255,6 +265,7 @@ def _message(step: dict[str, Any], value: Any, headers: dict[str, Any]) -> tuple
         queue=step["queue"],
         created_at=created,
         eta=created + delay if delay else None,
+        priority=_priority_of(step),
         headers=headers,
     )
-    return step["queue"], Outgoing(nxt.id, _envelope.encode(nxt), delay)
+    return step["queue"], Outgoing(nxt.id, _envelope.encode(nxt), delay, nxt.priority)

@@ -14,7 +14,7 @@ import math
 import re
 import time
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -61,6 +61,8 @@ class Envelope(msgspec.Struct, omit_defaults=True, kw_only=True):
     queue: str
     created_at: float
     eta: float | None = None
+    #: 0 (lowest, the default: not written) to 9; a retry is sent with it again.
+    priority: Annotated[int, msgspec.Meta(ge=0, le=9)] = 0
     history: list[Attempt] = msgspec.field(default_factory=list)
     headers: dict[str, Any] = msgspec.field(default_factory=dict)
 

@@ -38,14 +38,37 @@ class _Message:
     deliveries: int = 0
     token: int = 0  # the current delivery's token; 0 when not in flight
     deadline: float = 0.0
+    priority: int = 0
+    seq: int = 0  # publication order: the place of a message of priority > 0 in ``urgent``
 
 
 @dataclass
 class _Queue:
-    ready: deque[_Message] = field(default_factory=deque)
+    ready: deque[_Message] = field(default_factory=deque)  # priority 0, first in first out
+    #: Ready messages of priority > 0: a heap by (-priority, seq), taken before ``ready``.
+    urgent: list[tuple[int, int, _Message]] = field(default_factory=list)
     delayed: list[tuple[float, int, _Message]] = field(default_factory=list)  # heap by due time
     in_flight: dict[int, _Message] = field(default_factory=dict)  # token -> message
     dead: list[DeadLetter] = field(default_factory=list)
+    dead_priority: dict[str, int] = field(default_factory=dict)  # message id -> priority
+
+    def make_ready(self, msg: _Message, *, head: bool = False) -> None:
+        """Put ``msg`` back among the ready: at its priority's place, else at the head or tail."""
+        if msg.priority:
+            heapq.heappush(self.urgent, (-msg.priority, msg.seq, msg))
+        elif head:
+            self.ready.appendleft(msg)
+        else:
+            self.ready.append(msg)
+
+    def take_ready(self) -> object:
+        """The next ready message: highest priority first (an entry as stored, unchecked)."""
+        if self.urgent:
+            return heapq.heappop(self.urgent)[2]
+        return self.ready.popleft()
+
+    def ready_count(self) -> int:
+        return len(self.ready) + len(self.urgent)
 
 
 class MemoryBroker:
@@ -67,12 +90,12 @@ class MemoryBroker:
         """Make due delayed messages ready and expired leases receivable again."""
         while q.delayed and q.delayed[0][0] <= now:
             _, _, msg = heapq.heappop(q.delayed)
-            q.ready.append(msg)
+            q.make_ready(msg)
         expired = [tok for tok, m in q.in_flight.items() if m.deadline <= now]
         for tok in expired:
             msg = q.in_flight.pop(tok)
             msg.token = 0
-            q.ready.appendleft(msg)
+            q.make_ready(msg, head=True)
 
 
 def _checked(entry: object, now: float) -> tuple[_Message, str | None]:
@@ -126,7 +149,7 @@ class MemoryAdapter(Adapter):
     """Adapter for the in-process broker."""
 
     name = "memory"
-    capabilities = Capabilities(native_dead_letter=True, multi_process=False)
+    capabilities = Capabilities(native_dead_letter=True, multi_process=False, priorities=True)
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
@@ -159,15 +182,16 @@ class MemoryAdapter(Adapter):
         now = time.time()
         with b.lock:
             q = b.queue(queue)
+            self.check_priorities(messages)
             for m in messages:
                 if m.delay > 0:
                     self.check_delay(m.delay)
             for m in messages:
-                msg = _Message(m.id, m.body, now)
+                msg = _Message(m.id, m.body, now, priority=m.priority, seq=next(b.seq))
                 if m.delay > 0:
-                    heapq.heappush(q.delayed, (now + m.delay, next(b.seq), msg))
+                    heapq.heappush(q.delayed, (now + m.delay, msg.seq, msg))
                 else:
-                    q.ready.append(msg)
+                    q.make_ready(msg)
             b.lock.notify_all()
 
     def receive(
@@ -180,7 +204,7 @@ class MemoryAdapter(Adapter):
             while True:
                 now = time.time()
                 b.sweep(q, now)
-                if q.ready:
+                if q.ready or q.urgent:
                     break
                 remaining = end - time.monotonic()
                 if remaining <= 0:
@@ -193,8 +217,8 @@ class MemoryAdapter(Adapter):
                 b.lock.wait(max(remaining, 0.001))
             out: list[Delivery] = []
             deadline = now + lease
-            while q.ready and len(out) < max_messages:
-                msg, problem = _checked(q.ready.popleft(), now)
+            while (q.ready or q.urgent) and len(out) < max_messages:
+                msg, problem = _checked(q.take_ready(), now)
                 msg.deliveries += 1
                 msg.token = next(b.tokens)
                 msg.deadline = deadline
@@ -235,7 +259,7 @@ class MemoryAdapter(Adapter):
             if delay > 0:
                 heapq.heappush(q.delayed, (time.time() + delay, next(b.seq), msg))
             else:
-                q.ready.appendleft(msg)
+                q.make_ready(msg, head=True)
             b.lock.notify_all()
 
     def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
@@ -260,6 +284,7 @@ class MemoryAdapter(Adapter):
             if msg is None:
                 raise StaleReceipt([delivery], "dead_letter")
             del q.in_flight[delivery.receipt]
+            q.dead_priority[msg.id] = msg.priority
             q.dead.append(
                 DeadLetter(
                     delivery.queue,
@@ -276,7 +301,9 @@ class MemoryAdapter(Adapter):
         now = time.time()
         with b.lock:
             q = b.queue(queue)
+            self.check_priorities(messages)
             for m in messages:
+                q.dead_priority[m.id] = m.priority
                 q.dead.append(DeadLetter(queue, m.id, m.body, reason, now, 0))
 
     def stats(self, queue: str) -> QueueStats:
@@ -285,10 +312,11 @@ class MemoryAdapter(Adapter):
             q = b.queue(queue)
             now = time.time()
             b.sweep(q, now)
-            oldest = min((getattr(m, "enqueued_at", now) for m in q.ready), default=now)
+            waiting = itertools.chain(q.ready, (entry[2] for entry in q.urgent))
+            oldest = min((getattr(m, "enqueued_at", now) for m in waiting), default=now)
             return QueueStats(
                 queue,
-                ready=len(q.ready),
+                ready=q.ready_count(),
                 delayed=len(q.delayed),
                 in_flight=len(q.in_flight),
                 dead=len(q.dead),
@@ -310,11 +338,17 @@ class MemoryAdapter(Adapter):
             moved = 0
             for dead in q.dead:
                 if dead.message_id in wanted:
-                    q.ready.append(_Message(dead.message_id, dead.body, now))
+                    priority = q.dead_priority.get(dead.message_id, 0)
+                    msg = _Message(
+                        dead.message_id, dead.body, now, priority=priority, seq=next(b.seq)
+                    )
+                    q.make_ready(msg)
                     moved += 1
                 else:
                     keep.append(dead)
             q.dead = keep
+            for mid in wanted - {d.message_id for d in keep}:
+                q.dead_priority.pop(mid, None)
             if moved:
                 b.lock.notify_all()
             return moved
@@ -329,14 +363,17 @@ class MemoryAdapter(Adapter):
             else:
                 wanted = set(message_ids)
                 q.dead = [d for d in q.dead if d.message_id not in wanted]
+            left = {d.message_id for d in q.dead}
+            q.dead_priority = {k: v for k, v in q.dead_priority.items() if k in left}
             return before - len(q.dead)
 
     def purge(self, queue: str) -> int:
         b = self.broker
         with b.lock:
             q = b.queue(queue)
-            n = len(q.ready) + len(q.delayed)
+            n = q.ready_count() + len(q.delayed)
             q.ready.clear()
+            q.urgent.clear()
             q.delayed.clear()
             return n
 

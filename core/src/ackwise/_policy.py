@@ -7,12 +7,18 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ackwise._spi import Adapter, Capabilities, LeaseExtension
-from ackwise.errors import ConfigurationError, InvalidSchedule, MessageTooLarge
+from ackwise._spi import MAX_PRIORITY, Adapter, Capabilities, LeaseExtension
+from ackwise.errors import (
+    AckwiseError,
+    ConfigurationError,
+    InvalidPriority,
+    InvalidSchedule,
+    MessageTooLarge,
+)
 
 if TYPE_CHECKING:
     from ackwise._app import App
@@ -22,6 +28,7 @@ __all__ = [
     "POOLS",
     "WorkerConfig",
     "check_hold_limit",
+    "check_priority",
     "check_publish",
     "max_auto_prefetch",
     "schedule_delay",
@@ -70,6 +77,31 @@ def check_publish(what: str, caps: Capabilities, scheme: str, body: bytes, delay
             f"{what}: a delay of {delay:.3f}s is more than the broker "
             f"({scheme}) can hold (max_delay={caps.max_delay}); nothing was published"
         )
+
+
+def check_priority(
+    what: str,
+    priority: object,
+    caps: Callable[[], Capabilities],
+    scheme: str,
+    error: type[AckwiseError] = InvalidPriority,
+) -> int:
+    """``priority`` as an int from 0 to MAX_PRIORITY that the broker can order by, or raise
+    ``error`` (:class:`InvalidPriority` for a call, ConfigurationError for a declaration).
+    ``caps`` is called only for a priority above 0."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise error(f"{what}: priority must be an int from 0 to {MAX_PRIORITY}, got {priority!r}")
+    if not 0 <= priority <= MAX_PRIORITY:
+        raise error(
+            f"{what}: priority must be from 0 (lowest, the default) to {MAX_PRIORITY}, "
+            f"got {priority}"
+        )
+    if priority and not caps().priorities:
+        raise error(
+            f"{what}: priority {priority} on a broker ({scheme}) that has no message "
+            "priorities; see docs/priorities.md for the brokers that do"
+        )
+    return priority
 
 
 # -- worker configuration ------------------------------------------------------------------

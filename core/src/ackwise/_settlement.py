@@ -10,6 +10,7 @@ results, then the acks), a dead letter's before the dead-letter call (docs/resul
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -222,7 +223,16 @@ class Settler:
         queue, out = callback_message(info, values)
         self._publish_to(queue, out)
 
+    def _priority(self, env: _envelope.Envelope | None) -> int:
+        """The priority a message sent again keeps (0 where the broker has none: a message
+        from a producer on another broker is not refused for its priority)."""
+        if env is None or not self.adapter.capabilities.priorities:
+            return 0
+        return env.priority
+
     def _publish_to(self, queue: str, out: Outgoing) -> None:
+        if out.priority and not self.adapter.capabilities.priorities:
+            out = dataclasses.replace(out, priority=0)
         if queue not in self._declared:
             self.adapter.declare(QueueSpec(queue))
             self._declared.add(queue)
@@ -303,7 +313,8 @@ class Settler:
         new = self._annotated(env, d, "retry" if decision.counts else "key_busy", error, traceback)
         new.eta = time.time() + decision.delay if decision.delay else None
         # Publish first, then settle the original: a crash in between duplicates, never loses.
-        self.adapter.publish(d.queue, [Outgoing(env.id, _envelope.encode(new), decision.delay)])
+        out = Outgoing(env.id, _envelope.encode(new), decision.delay, self._priority(env))
+        self.adapter.publish(d.queue, [out])
         if decision.counts:
             self.counters.retried += 1
             self.events.emit(Retried(task, *_where(d), delay=decision.delay, error=error))
@@ -328,9 +339,8 @@ class Settler:
             body = _envelope.encode(self._annotated(env, d, decision.reason, error, traceback))
         try:
             if decision.original_settled:
-                self.adapter.publish_dead(
-                    d.queue, [Outgoing(d.message_id, body or d.body)], reason=decision.reason
-                )
+                dead = Outgoing(d.message_id, body or d.body, priority=self._priority(env))
+                self.adapter.publish_dead(d.queue, [dead], reason=decision.reason)
             else:
                 self.adapter.dead_letter(d, reason=decision.reason, body=body)
         except StaleReceipt as exc:  # the lease moved on: the message is another's now

@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from ackwise.errors import InvalidBrokerURL, UnsupportedCapability
 
 __all__ = [
+    "MAX_PRIORITY",
     "Adapter",
     "AttemptCount",
     "BrokerURL",
@@ -33,6 +34,10 @@ __all__ = [
     "QueueStats",
     "fork_generation",
 ]
+
+
+#: The highest message priority; 0 is the lowest and the default (docs/priorities.md).
+MAX_PRIORITY = 9
 
 
 class LeaseExtension(enum.Enum):
@@ -99,6 +104,12 @@ class Capabilities:
     #: timeouts and delays in whole seconds (1.0); 0.0 where they are finer than a millisecond.
     #: The conformance suite scales its times so that its shortest lease is two steps or more.
     time_resolution: float = 0.0
+    #: The broker hands out a queue's ready messages highest :attr:`Outgoing.priority` first
+    #: (0 to :data:`MAX_PRIORITY`; first in, first out within one priority), and keeps a
+    #: message's priority when it is nacked, redelivered or replayed from the dead letters.
+    #: False: the adapter refuses a priority above 0 (SQS has no priorities, a RabbitMQ
+    #: quorum queue none before RabbitMQ 4).
+    priorities: bool = False
 
     def holds_delay(self, delay: float) -> bool:
         """Whether the broker can hold a message ``delay`` seconds before it is delivered."""
@@ -117,12 +128,15 @@ class Capabilities:
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """One message to publish: its id, its encoded envelope and an optional delay."""
+    """One message to publish: its id, its encoded envelope, an optional delay and priority."""
 
     id: str
     body: bytes
     #: Seconds from now before the message may be received.
     delay: float = 0.0
+    #: 0 (the default, lowest) to :data:`MAX_PRIORITY`: among ready messages, higher first.
+    #: Only where :attr:`Capabilities.priorities` says so.
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,6 +466,19 @@ class Adapter(abc.ABC):
         raise UnsupportedCapability(self.name, "listing queues")
 
     # -- helpers for subclasses ------------------------------------------------------------
+    def check_priorities(self, messages: Sequence[Outgoing]) -> None:
+        """Raise :class:`UnsupportedCapability` for a priority the adapter cannot keep."""
+        for m in messages:
+            if m.priority and (
+                not self.capabilities.priorities or not 0 <= m.priority <= MAX_PRIORITY
+            ):
+                raise UnsupportedCapability(
+                    self.name,
+                    "priorities",
+                    f"message {m.id} has priority {m.priority!r}; this broker takes "
+                    + (f"0 to {MAX_PRIORITY}" if self.capabilities.priorities else "none but 0"),
+                )
+
     def check_delay(self, delay: float) -> None:
         """Raise :class:`UnsupportedCapability` when the broker cannot hold ``delay``."""
         caps = self.capabilities

@@ -60,7 +60,7 @@ from ackwise._spi import (
     QueueSpec,
     QueueStats,
 )
-from ackwise._sqlite_file import SQLiteFile, map_sqlite_errors, run_schema
+from ackwise._sqlite_file import SQLiteFile, map_sqlite_errors
 from ackwise.errors import (
     MessageTooLarge,
     PermanentAdapterError,
@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 #: size would stall every other worker sharing the file, so ackwise refuses above 64 MiB.
 MAX_MESSAGE_SIZE = 64 * 1024 * 1024
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 READY, IN_FLIGHT, DEAD = 0, 1, 2
 
@@ -83,6 +83,10 @@ READY, IN_FLIGHT, DEAD = 0, 1, 2
 # in the same transaction.
 _CHUNK = 512
 
+# Only rows of priority > 0 are in it: a queue that never uses priorities pays one empty
+# range seek per receive.
+_URGENT_INDEX = f"""CREATE INDEX IF NOT EXISTS ackwise_messages_urgent
+    ON ackwise_messages (queue, priority, available_at) WHERE state < {DEAD} AND priority > 0"""
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS ackwise_messages (
     seq          INTEGER PRIMARY KEY,
@@ -95,32 +99,54 @@ CREATE TABLE IF NOT EXISTS ackwise_messages (
     token        INTEGER,
     enqueued_at  REAL    NOT NULL,
     reason       TEXT,
-    dead_at      REAL
+    dead_at      REAL,
+    priority     INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS ackwise_messages_receivable
     ON ackwise_messages (queue, available_at) WHERE state < {DEAD};
 CREATE INDEX IF NOT EXISTS ackwise_messages_dead
     ON ackwise_messages (queue, dead_at) WHERE state = {DEAD};
+{_URGENT_INDEX};
 CREATE TABLE IF NOT EXISTS ackwise_queues (
     name        TEXT PRIMARY KEY,
     declared_at REAL NOT NULL
-) WITHOUT ROWID;
+) WITHOUT ROWID
 """
+#: What turns each older schema version into the next one.
+_UPGRADES = {
+    1: [
+        "ALTER TABLE ackwise_messages ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+        _URGENT_INDEX,
+    ],
+}
 
 
 def _set_up_schema(db: sqlite3.Connection) -> None:
-    """Create the tables of a new file; refuse a file of a newer ackwise."""
-    version = db.execute("PRAGMA user_version").fetchone()[0]
-    if version == SCHEMA_VERSION:
+    """Create the tables of a new file, upgrade those of an older ackwise; refuse a file of a
+    newer one.  The version is read again under the write lock: another process may have
+    done it meanwhile."""
+    if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
         return
-    if version > SCHEMA_VERSION:
-        path = db.execute("PRAGMA database_list").fetchone()[2]
-        raise PermanentAdapterError(
-            f"SQLite database {path!r} has ackwise schema version {version}; this "
-            f"ackwise knows version {SCHEMA_VERSION}: upgrade ackwise"
-        )
-    statements = [s for s in _SCHEMA.split(";") if s.strip()]
-    run_schema(db, [*statements, f"PRAGMA user_version = {SCHEMA_VERSION}"])
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            path = db.execute("PRAGMA database_list").fetchone()[2]
+            raise PermanentAdapterError(
+                f"SQLite database {path!r} has ackwise schema version {version}; this "
+                f"ackwise knows version {SCHEMA_VERSION}: upgrade ackwise"
+            )
+        if version == 0:
+            statements = [s for s in _SCHEMA.split(";") if s.strip()]
+        else:
+            statements = [s for v in range(version, SCHEMA_VERSION) for s in _UPGRADES[v]]
+        for statement in statements:
+            db.execute(statement)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.rollback()
+        raise
 
 
 # Every query that should use the partial index repeats its condition (``state < 2``)
@@ -131,7 +157,16 @@ UPDATE ackwise_messages
  WHERE seq IN (SELECT seq FROM ackwise_messages
                 WHERE queue = ? AND state < {DEAD} AND available_at <= ?
                 ORDER BY available_at, seq LIMIT ?)
-RETURNING seq, id, body, deliveries, reason
+RETURNING seq, id, body, deliveries, reason, priority
+"""
+# Run first: rows of priority > 0, highest first (what it leaves, _SQL_RECEIVE takes).
+_SQL_RECEIVE_URGENT = f"""
+UPDATE ackwise_messages
+   SET state = {IN_FLIGHT}, available_at = ?, token = ?, deliveries = deliveries + 1
+ WHERE seq IN (SELECT seq FROM ackwise_messages
+                WHERE queue = ? AND state < {DEAD} AND priority > 0 AND available_at <= ?
+                ORDER BY priority DESC, available_at, seq LIMIT ?)
+RETURNING seq, id, body, deliveries, reason, priority
 """
 #: Due times past this (about 285 million years away) are no time at all: an infinity, or a
 #: TEXT or BLOB value (SQLite sorts them after every number).  Such rows would never be due.
@@ -152,13 +187,13 @@ UPDATE ackwise_messages
 """
 _SQL_NEXT_DUE = f"SELECT min(available_at) FROM ackwise_messages WHERE queue = ? AND state < {DEAD}"
 _SQL_PUBLISH = (
-    "INSERT INTO ackwise_messages (queue, id, body, state, available_at, enqueued_at) "
-    f"VALUES (?, ?, ?, {READY}, ?, ?)"
+    "INSERT INTO ackwise_messages (queue, id, body, state, available_at, enqueued_at, priority) "
+    f"VALUES (?, ?, ?, {READY}, ?, ?, ?)"
 )
 _SQL_PUBLISH_DEAD = (
     "INSERT INTO ackwise_messages "
-    "(queue, id, body, state, available_at, enqueued_at, reason, dead_at) "
-    f"VALUES (?, ?, ?, {DEAD}, ?, ?, ?, ?)"
+    "(queue, id, body, state, available_at, enqueued_at, reason, dead_at, priority) "
+    f"VALUES (?, ?, ?, {DEAD}, ?, ?, ?, ?, ?)"
 )
 _SQL_DECLARE = "INSERT OR IGNORE INTO ackwise_queues (name, declared_at) VALUES (?, ?)"
 _SQL_NACK = f"""
@@ -300,7 +335,7 @@ class SQLiteAdapter(Adapter):
     name = "sqlite"
     # Everything natively (the defaults: unbounded delays, per-message leases, exact counts),
     # but rows larger than MAX_MESSAGE_SIZE.
-    capabilities = Capabilities(max_message_size=MAX_MESSAGE_SIZE)
+    capabilities = Capabilities(max_message_size=MAX_MESSAGE_SIZE, priorities=True)
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
@@ -357,6 +392,7 @@ class SQLiteAdapter(Adapter):
         if not messages:
             return
         now = time.time()
+        self.check_priorities(messages)
         rows: list[tuple[Any, ...]] = []
         for m in messages:
             if len(m.body) > MAX_MESSAGE_SIZE:
@@ -367,7 +403,7 @@ class SQLiteAdapter(Adapter):
             delay = m.delay if m.delay > 0 else 0.0
             if delay:
                 self.check_delay(delay)
-            rows.append((queue, m.id, m.body, now + delay, now))
+            rows.append((queue, m.id, m.body, now + delay, now, m.priority))
         with self._write() as db:
             self._remember_queue(db, queue, now)
             db.executemany(_SQL_PUBLISH, rows)
@@ -376,7 +412,8 @@ class SQLiteAdapter(Adapter):
         if not messages:
             return
         now = time.time()
-        rows = [(queue, m.id, m.body, now, now, reason, now) for m in messages]
+        self.check_priorities(messages)
+        rows = [(queue, m.id, m.body, now, now, reason, now, m.priority) for m in messages]
         with self._write() as db:
             self._remember_queue(db, queue, now)
             db.executemany(_SQL_PUBLISH_DEAD, rows)
@@ -388,10 +425,15 @@ class SQLiteAdapter(Adapter):
             now = time.time()
             deadline = now + lease
             db.execute(_SQL_UNREACHABLE, (now, queue))
-            rows = db.execute(_SQL_RECEIVE, (deadline, token, queue, now, max_messages)).fetchall()
-        rows.sort(key=lambda row: row[0])  # RETURNING order is unspecified; seq is publication
+            params = [deadline, token, queue, now, max_messages]
+            rows = db.execute(_SQL_RECEIVE_URGENT, params).fetchall()
+            if len(rows) < max_messages:
+                params[-1] = max_messages - len(rows)
+                rows += db.execute(_SQL_RECEIVE, params).fetchall()
+        # RETURNING order is unspecified: highest priority first, then seq (publication).
+        rows.sort(key=lambda row: (-row[5] if type(row[5]) is int else 0, row[0]))
         out = []
-        for seq, id_, body, deliveries, mark in rows:
+        for seq, id_, body, deliveries, mark, _ in rows:
             if (
                 mark is None
                 and type(id_) is str

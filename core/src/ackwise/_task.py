@@ -137,15 +137,17 @@ class Task(Generic[P, R]):
         max_deliveries: int,
         bind: bool,
         retry: RetryPolicy,
-        options: dict[str, Any],
         time_limit: float | None = None,
         soft_time_limit: float | None = None,
         idempotency_key: Callable[..., str] | None = None,
         store_results: bool | None = None,
         track_started: bool = False,
         rate_limit: str | None = None,
+        priority: int = 0,
     ) -> None:
         self.app = app
+        #: Its calls' priority unless a call gives one (0 to 9; docs/priorities.md).
+        self.priority = priority
         #: ``"N/s"``, ``"N/m"`` or ``"N/h"``: starts shared by every worker (docs/rate-limits.md).
         self.rate_limit = rate_limit
         #: Seconds between two starts of this task, or ``None`` (no limit).
@@ -159,7 +161,6 @@ class Task(Generic[P, R]):
         self.max_deliveries = max_deliveries
         self.bind = bind
         self.retry_policy = retry
-        self.options = options
         self.time_limit = time_limit
         self.soft_time_limit = soft_time_limit
         self.idempotency_key = idempotency_key
@@ -192,16 +193,28 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         headers: dict[str, Any] | None = None,
         id: str | None = None,
+        priority: int | None = None,
     ) -> TaskHandle:
         """Send the task; return its handle (a ``str``: the message id; see docs/results.md).
 
         :param countdown: seconds from now before it may run (``>= 0``).
         :param eta: an aware datetime before which it does not run (not with ``countdown``).
+        :param priority: 0 (lowest) to 9, this call's instead of the task's (docs/priorities.md).
+        :raises InvalidPriority: a priority out of range, or any above 0 on a broker without
+            priorities; nothing was published.
         :raises NotSerializable: an argument or header is not JSON; nothing was published.
         :raises InvalidSchedule: negative countdown, naive eta, or both given.
         """
         return self.app._send_one(
-            self, args, kwargs, countdown=countdown, eta=eta, queue=queue, headers=headers, id=id
+            self,
+            args,
+            kwargs,
+            countdown=countdown,
+            eta=eta,
+            queue=queue,
+            headers=headers,
+            id=id,
+            priority=priority,
         )
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:

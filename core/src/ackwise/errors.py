@@ -124,6 +124,10 @@ class InvalidSchedule(PublishError, ValueError):
     """A countdown or eta that cannot be honoured (negative, naive, both given)."""
 
 
+class InvalidPriority(PublishError, ValueError):
+    """A priority outside 0-9, or above 0 on a broker that has no priorities."""
+
+
 class EnvelopeError(AckwiseError):
     """A message body cannot be turned into an envelope."""
 

@@ -40,11 +40,12 @@ from __future__ import annotations
 
 from ackwise_conformance._spi_delivery import DeliveryChecks
 from ackwise_conformance._spi_leases import LeaseChecks
+from ackwise_conformance._spi_priorities import PriorityChecks
 from ackwise_conformance._spi_receive import ReceiveChecks
 from ackwise_conformance._spi_storage import StorageChecks
 
 __all__ = ["AdapterConformance"]
 
 
-class AdapterConformance(DeliveryChecks, LeaseChecks, StorageChecks, ReceiveChecks):
+class AdapterConformance(DeliveryChecks, LeaseChecks, StorageChecks, ReceiveChecks, PriorityChecks):
     """Base class of the SPI conformance tests.  Override :meth:`adapter_factory`."""
