@@ -115,6 +115,23 @@ def test_a_malformed_ready_entry_costs_no_valid_message_and_stops_no_worker(
     assert (st_.ready, st_.delayed, st_.in_flight, st_.dead) == (0, 0, 0, 1)
 
 
+def test_a_malformed_urgent_entry_costs_no_valid_message(
+    recorder: Recorder, adapter: RedisAdapter, raw: redis.Redis
+) -> None:
+    # The urgent set (ready messages of priority > 0) is read like the ready list.
+    k = adapter.keys(recorder.queue)
+    recorder.send(range(3))
+    raw.zadd(k.urgent, {b"not-a-seq": 1.0, b"ab-1!7#0": 2.0})  # the second has no data
+    recorder.send(range(3, 6))
+    _drain(recorder)
+    assert sorted(recorder.ran) == list(range(6))
+    dead = adapter.dead_letters(recorder.queue)
+    assert sorted(d.body for d in dead) == [b"ab-1!7#0", b"not-a-seq"]
+    assert {d.reason for d in dead} == {"corrupt_record"}
+    st_ = adapter.stats(recorder.queue)
+    assert (st_.ready, st_.delayed, st_.in_flight, st_.dead) == (0, 0, 0, 2)
+
+
 def test_an_unframed_data_value_is_dead_lettered_as_it_is_and_its_batch_runs(
     recorder: Recorder, adapter: RedisAdapter, raw: redis.Redis
 ) -> None:
@@ -458,7 +475,8 @@ def test_a_wrong_typed_queue_registry_is_renamed_aside(
 
 
 def _populated(adapter: RedisAdapter) -> tuple[_Keys, str, bytes]:
-    """A queue with ready, delayed, in-flight (one expired), dead messages; a live receipt."""
+    """A queue with ready (one of priority 4), delayed, in-flight (one expired), dead messages;
+    a live receipt."""
     queue = f"atomic-{uuid.uuid4().hex[:8]}"
     k = adapter.keys(queue)
     adapter.publish(queue, [Outgoing("dead", b"d"), Outgoing("held", b"h")])
@@ -466,7 +484,7 @@ def _populated(adapter: RedisAdapter) -> tuple[_Keys, str, bytes]:
     dead, held = adapter.receive(queue, max_messages=2, wait=0, lease=600.0)
     adapter.dead_letter(dead, reason="failed")
     adapter.receive(queue, max_messages=1, wait=0, lease=0.001)
-    adapter.publish(queue, [Outgoing("ready", b"r")])
+    adapter.publish(queue, [Outgoing("ready", b"r"), Outgoing("urgent", b"u", priority=4)])
     time.sleep(0.01)
     return k, queue, held.receipt
 
@@ -474,15 +492,17 @@ def _populated(adapter: RedisAdapter) -> tuple[_Keys, str, bytes]:
 def _calls(receipt: bytes) -> list[tuple[str, tuple[str, ...], tuple[Any, ...]]]:
     """(script, the names of its keys, args) for every queue script."""
     packed = _pack(Outgoing("new", b"n"))
-    settle = ("inflight", "ready", "delayed", "notify")
+    settle = ("inflight", "ready", "delayed", "notify", "urgent")
     dead = ("dead", "dead_info", "dead_ids", "data")
+    publish = ("ready", "delayed", "data", "seq", "notify", "urgent")
     return [
-        ("receive", ("ready", "delayed", "inflight", "data", "notify"), (10, "30.0", "t.1", 1000)),
         (
-            "publish",
-            ("ready", "delayed", "data", "seq", "notify"),
-            (b"1", packed, "0", packed, "9"),
+            "receive",
+            ("ready", "delayed", "inflight", "data", "notify", "urgent"),
+            (10, "30.0", "t.1", 1000),
         ),
+        ("publish", publish, (b"1", packed, "0", packed, "9")),
+        ("publish", publish, (b"2", packed, "0", "3", packed, "9", "0", packed, "0", "0")),
         ("ack", ("inflight", "data", "early"), ("late", receipt)),
         ("ack", ("inflight", "data", "early"), ("early", 120, 0, receipt)),
         ("ack", ("inflight", "data", "early"), ("early", 120, 1, b"old#1#t", b"gone#1#t", receipt)),
@@ -495,12 +515,16 @@ def _calls(receipt: bytes) -> list[tuple[str, tuple[str, ...], tuple[Any, ...]]]
             ("inflight", "data", "dead", "dead_info", "dead_ids"),
             (receipt, "held", "failed", packed),
         ),
-        ("publish_dead", ("data", "dead", "dead_info", "dead_ids", "seq"), ("r", "new", packed)),
-        ("requeue_dead", (*dead, "ready", "seq", "notify"), ("dead",)),
+        (
+            "publish_dead",
+            ("data", "dead", "dead_info", "dead_ids", "seq"),
+            ("r", "new", packed, "0", "new", packed, "5"),
+        ),
+        ("requeue_dead", (*dead, "ready", "seq", "notify", "urgent"), ("dead",)),
         ("delete_dead", dead, ("=", "dead")),
         ("delete_dead", dead, ("*",)),
-        ("purge", ("ready", "delayed", "data"), (1000,)),
-        ("stats", ("ready", "delayed", "inflight", "dead"), ()),
+        ("purge", ("ready", "delayed", "data", "urgent"), (1000,)),
+        ("stats", ("ready", "delayed", "inflight", "dead", "urgent"), ()),
         ("dead_letters", ("dead", "data", "dead_info"), (100,)),
     ]
 

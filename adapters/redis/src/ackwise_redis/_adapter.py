@@ -119,11 +119,11 @@ EARLY_MEMORY = 120
 # -- scripts -------------------------------------------------------------------------------
 
 
-_RECEIVE = load_script("receive")
+_RECEIVE = load_script("receive", lib=True)
 _PUBLISH = load_script("publish", lib=True)
 _ACK = load_script("ack")
 _EXTEND = load_script("extend")
-_NACK = load_script("nack")
+_NACK = load_script("nack", lib=True)
 _DEAD_LETTER = load_script("dead_letter")
 _PUBLISH_DEAD = load_script("publish_dead", lib=True)
 
@@ -139,8 +139,8 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
 
     name = "redis"
     # Everything natively (the defaults: unbounded delays, per-message leases, exact counts),
-    # but messages larger than MAX_MESSAGE_SIZE.
-    capabilities = Capabilities(max_message_size=MAX_MESSAGE_SIZE)
+    # but messages larger than MAX_MESSAGE_SIZE; priorities in the urgent set (lua/lib.lua).
+    capabilities = Capabilities(max_message_size=MAX_MESSAGE_SIZE, priorities=True)
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
@@ -188,15 +188,21 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         if not messages:
             return
         k = self.keys(queue)
-        keys = (k.ready, k.delayed, k.data, k.seq, k.notify)
+        keys = (k.ready, k.delayed, k.data, k.seq, k.notify, k.urgent)
         delayed = self._check_sizes(messages)
+        self.check_priorities(messages)
+        prioritised = any(m.priority for m in messages)
         with self._errors():
-            if len(messages) == 1 and not delayed:  # the one-call-per-task hot path
+            if len(messages) == 1 and not (delayed or prioritised):  # the hot path
                 self._run(_PUBLISH, k, keys, (b"0", _pack(messages[0])))
                 return
             for chunk in self._publish_chunks(messages):
                 args: list[Any]
-                if delayed:
+                if prioritised:
+                    args = [b"2"]
+                    for m in chunk:
+                        args += (_pack(m), repr(max(m.delay, 0.0)), b"%d" % m.priority)
+                elif delayed:
                     args = [b"1"]
                     for m in chunk:
                         args.append(_pack(m))
@@ -210,12 +216,12 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
             return
         k = self.keys(queue)
         keys = (k.data, k.dead, k.dead_info, k.dead_ids, k.seq)
+        self.check_priorities(messages)
         with self._errors():
             for chunk in self._publish_chunks(messages):
                 args: list[Any] = [reason]
                 for m in chunk:
-                    args.append(m.id)
-                    args.append(_pack(m))
+                    args += (m.id, _pack(m), b"%d" % m.priority)
                 self._run(_PUBLISH_DEAD, k, keys, args)
 
     # -- consuming -------------------------------------------------------------------------
@@ -228,7 +234,7 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         if max_messages < 1:
             return []
         k = self.keys(queue)
-        keys = (k.ready, k.delayed, k.inflight, k.data, k.notify)
+        keys = (k.ready, k.delayed, k.inflight, k.data, k.notify, k.urgent)
         n = min(max_messages, RECEIVE_LIMIT)
         lease_arg = repr(float(lease))
         with self._errors():
@@ -349,7 +355,7 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
             done = self._run(
                 _NACK,
                 k,
-                (k.inflight, k.ready, k.delayed, k.notify),
+                (k.inflight, k.ready, k.delayed, k.notify, k.urgent),
                 (delivery.receipt, repr(delay)),
             )
         if not done:

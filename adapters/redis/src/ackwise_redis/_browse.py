@@ -37,10 +37,10 @@ class _Browsing(_QueueKeys):
     def stats(self, queue: str) -> QueueStats:
         k = self.keys(queue)
         with self._errors():
-            reply = self._run(_STATS, k, (k.ready, k.delayed, k.inflight, k.dead), ())
+            reply = self._run(_STATS, k, (k.ready, k.delayed, k.inflight, k.dead, k.urgent), ())
         ready, delayed, in_flight, dead = (int(x) for x in reply[:4])
         now = float(reply[4])
-        times = [t for t in map(_seq_time, reply[5:8]) if t is not None]
+        times = [t for t in map(_seq_time, reply[5:]) if t is not None]
         oldest = min(times) if times and ready else None
         return QueueStats(
             queue,
@@ -63,7 +63,7 @@ class _Browsing(_QueueKeys):
         if not message_ids:
             return 0
         k = self.keys(queue)
-        keys = (k.dead, k.dead_info, k.dead_ids, k.data, k.ready, k.seq, k.notify)
+        keys = (k.dead, k.dead_info, k.dead_ids, k.data, k.ready, k.seq, k.notify, k.urgent)
         moved = 0
         with self._errors():
             for chunk in _chunks(list(message_ids), PUBLISH_CHUNK):
@@ -101,11 +101,11 @@ class _Browsing(_QueueKeys):
 
     def purge(self, queue: str) -> int:
         k = self.keys(queue)
-        keys = (k.ready, k.delayed, k.data)
+        keys = (k.ready, k.delayed, k.data, k.urgent)
         total = 0
         with self._errors():
             while True:
-                ready, delayed = self._run(_PURGE, k, keys, (PURGE_CHUNK,))
-                total += int(ready) + int(delayed)
-                if ready < PURGE_CHUNK and delayed < PURGE_CHUNK:
+                counts = [int(n) for n in self._run(_PURGE, k, keys, (PURGE_CHUNK,))]
+                total += sum(counts)
+                if max(counts) < PURGE_CHUNK:
                     return total

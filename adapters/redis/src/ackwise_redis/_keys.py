@@ -35,6 +35,7 @@ _KEY_TYPES = {
     "dead_info": "hash",
     "dead_ids": "hash",
     "early": "zset",
+    "urgent": "zset",
 }
 
 
@@ -50,6 +51,7 @@ class _Keys:
     dead_info: bytes
     dead_ids: bytes
     early: bytes
+    urgent: bytes
     #: (key, what it must hold) for every key above: what the quarantine checks.
     typed: tuple[tuple[bytes, str], ...]
 

@@ -13,6 +13,7 @@ from ackwise import DeadLetter, Delivery, Outgoing
 
 
 def _pack(m: Outgoing) -> bytes:
+    """A message's data record: ``<len(id)>:<id><body>``."""
     mid = m.id.encode()
     return b"%d:%s%s" % (len(mid), mid, m.body)
 
@@ -21,9 +22,10 @@ def _pack(m: Outgoing) -> bytes:
 #: Digits a data value's id length may have (ids are far shorter than a billion bytes).
 _LEN_DIGITS = 9
 #: Where receive.lua found an entry it could not read, by the ``<where>`` of its stand-in seq.
-_STAND_IN = re.compile(rb"[0-9a-f]+-(ready|delayed|inflight|nodata)\.")
+_STAND_IN = re.compile(rb"[0-9a-f]+-(ready|urgent|delayed|inflight|nodata)\.")
 _ENTRY_PROBLEMS = {
     b"ready": "ready entry %s is not <seq>#<n>",
+    b"urgent": "urgent entry %s is not <seq>#<n>",
     b"delayed": "delayed entry %s is not <seq>#<n>",
     b"inflight": "in-flight entry %s is not <seq>#<n>#<token>",
     b"nodata": "entry %s has no data record",

@@ -1,5 +1,6 @@
 -- ackwise lib: helpers of the scripts that load it (the adapter puts this file before them:
--- a Redis script cannot include another).  Reads only, but for what `command` does.
+-- a Redis script cannot include another).  Reads only, but for what `command` does and
+-- make_ready.
 
 -- redis.call(command, key, ...list), 1000 arguments per call (unpack()'s limits); the replies
 -- joined.
@@ -53,3 +54,36 @@ local function named_dead(dead, dead_ids, first)
   return named, found
 end
 
+
+-- Priorities.  A message of priority p (1..9) has a seq ending in "!<p>"; its ready entry
+-- waits in the `urgent` ZSET (not the ready LIST) under urgent_score: higher priorities
+-- first, then the enqueue time its seq carries (a nacked or redelivered entry regains its
+-- place).  Priority 0 (no suffix) is the ready LIST, taken after every urgent entry.
+local function seq_priority(seq)
+  local p = string.match(seq, '!([1-9])$')
+  if p then return tonumber(p) end
+  return 0
+end
+local URGENT_BAND = 4398046511104  -- 2^42 ms: beyond the year 2100
+local function urgent_score(seq, p)
+  local ms = tonumber(string.match(seq, '^(%x+)-') or '', 16) or 0
+  return (10 - p) * URGENT_BAND + math.min(ms, URGENT_BAND - 1)
+end
+-- Put ready entries back: `entries` of priority > 0 to the urgent ZSET, the others pushed to
+-- the ready LIST with `push` ('RPUSH' at the tail; 'LPUSH': give them in reverse for the
+-- head).  Writes only.
+local function make_ready(ready, urgent, push, entries)
+  local plain, scored = {}, {}
+  for i = 1, #entries do
+    local seq = string.match(entries[i], '^[^#]*')
+    local p = seq_priority(seq)
+    if p > 0 then
+      scored[#scored + 1] = urgent_score(seq, p)
+      scored[#scored + 1] = entries[i]
+    else
+      plain[#plain + 1] = entries[i]
+    end
+  end
+  if #plain > 0 then redis.call(push, ready, unpack(plain)) end
+  if #scored > 0 then redis.call('ZADD', urgent, unpack(scored)) end
+end

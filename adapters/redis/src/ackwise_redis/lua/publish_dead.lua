@@ -6,18 +6,22 @@
 --   KEYS[3] dead_info  HASH  <seq> -> "<attempt>|<reason>"
 --   KEYS[4] dead_ids   HASH  <message id> -> "<seq> <seq> ..."
 --   KEYS[5] seq        STRING counter (see publish.lua)
--- ARGV[1] reason, then pairs (message id, packed message)
+-- ARGV[1] reason, then triples (message id, packed message, priority 0-9: kept in the seq, so
+-- a replay keeps it)
 --
 -- Messages of one call get dead_at one microsecond apart, so they list in call order.
 -- Reads and checks first; the data hash is the first write, the one that can still fail.
-local n = (#ARGV - 1) / 2
+local n = (#ARGV - 1) / 3
 if n ~= math.floor(n) then return redis.error_reply('ERR ackwise publish_dead: bad arguments') end
 if n == 0 then return 0 end
 local last = seq_counter(KEYS[5])
 if not last then return redis.error_reply(CORRUPT_COUNTER) end
 local ids, order = {}, {}  -- message id -> its seqs so far, in first-seen order
 for i = 1, n do
-  local id = ARGV[2 * i]
+  local id = ARGV[3 * i - 1]
+  if not string.match(ARGV[3 * i + 1], '^%d$') then
+    return redis.error_reply('ERR ackwise publish_dead: bad priority')
+  end
   if ids[id] == nil then
     ids[id] = redis.call('HGET', KEYS[4], id) or ''
     order[#order + 1] = id
@@ -31,10 +35,11 @@ local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = string.format('%x-', ms)
 local fields, dead, info = {}, {}, {}
 for i = 1, n do
-  local seq = prefix .. string.format('%x', last + i)
-  local id = ARGV[2 * i]
+  local p = ARGV[3 * i + 1]
+  local seq = prefix .. string.format('%x', last + i) .. (p ~= '0' and '!' .. p or '')
+  local id = ARGV[3 * i - 1]
   fields[#fields + 1] = seq
-  fields[#fields + 1] = ARGV[2 * i + 1]
+  fields[#fields + 1] = ARGV[3 * i]
   dead[#dead + 1] = now + (i - 1) / 1000000
   dead[#dead + 1] = seq
   info[#info + 1] = seq

@@ -7,6 +7,7 @@
 --   KEYS[3] inflight  ZSET  "<seq>#<n>#<token>" -> lease deadline
 --   KEYS[4] data      HASH  <seq> -> "<len(id)>:<id><body>"
 --   KEYS[5] notify    LIST  wake-up tokens; idle receivers BLPOP it between calls
+--   KEYS[6] urgent    ZSET  "<seq>#<n>" -> urgent_score   ready, priority > 0 (lib.lua)
 -- ARGV[1] max messages, ARGV[2] lease (seconds), ARGV[3] this call's lease token,
 -- ARGV[4] sweep limit (due / expired entries looked at per call)
 --
@@ -16,9 +17,11 @@
 -- worker's messages come back without a separate sweeper; the delivery count n goes up by one
 -- on every delivery.  Times come from the server's clock (TIME), the one clock all workers share.
 --
--- Order: expired leases first (earliest deadline first), then ready, then due delayed entries:
--- the queue as if the expired ones had gone back to its head and the due ones to its tail.
--- Swept entries that are not taken do go there (the token of an expired one is dropped).
+-- Order: entries of priority > 0 first (the urgent set, and expired or due ones whose seq
+-- carries a priority), highest first; then expired leases (earliest deadline first), then
+-- ready, then due delayed entries: the queue as if the expired ones had gone back to its head
+-- and the due ones to its tail.  Swept entries that are not taken do go there, or to the
+-- urgent set (the token of an expired one is dropped).
 --
 -- Redis keeps the writes of a script that fails halfway, so everything is read and parsed
 -- first and written after; no error can come after the first write (a wrong-typed key fails a
@@ -58,10 +61,8 @@ local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- 1. Read and parse.
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, sweep)
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, sweep)
--- one entry more than wanted: is more ready after this call?
-local want = math.max(max - #expired, 0)
-local head = redis.call('LRANGE', KEYS[1], 0, want)
-local from_ready = math.min(#head, want)
+-- one entry more than wanted: is more waiting after this call?
+local urgent = redis.call('ZRANGE', KEYS[6], 0, max, 'WITHSCORES')
 
 -- taken messages as parallel arrays: raw entry, seq and count (nil: malformed), where a
 -- malformed one was; `lookup` lists the seqs to read data for, in the same order
@@ -71,10 +72,68 @@ local function take(entry, where, seq, n)
   raw[i], seqs[i], counts[i] = entry, seq, n
   if seq then lookup[#lookup + 1] = seq else from[i] = where end
 end
--- swept entries: taken ones leave their set; valid ones not taken go to ready; the rest stay
-local unlease, undelay, to_head, to_tail = {}, {}, {}, {}
+
+-- Entries of priority > 0 come first, by their urgent score: the urgent set's head, and the
+-- swept entries that carry a priority.  The others keep the order above.
+local cands, plain_expired, plain_due = {}, {}, {}
+local function candidate(score, entry, where, seq, n)
+  cands[#cands + 1] = {score = score, order = #cands, raw = entry, from = where, seq = seq, n = n}
+end
+for i = 1, #urgent, 2 do
+  local seq, n = parse(urgent[i], READY)
+  candidate(tonumber(urgent[i + 1]) or 0, urgent[i], 'urgent', seq, n)
+end
 for i = 1, #expired do
-  local e = expired[i]
+  local seq, n = parse(expired[i], IN_FLIGHT)
+  local p = seq and seq_priority(seq) or 0
+  if p > 0 then
+    candidate(urgent_score(seq, p), expired[i], 'inflight', seq, n)
+  else
+    plain_expired[#plain_expired + 1] = expired[i]
+  end
+end
+for i = 1, #due do
+  local seq, n = parse(due[i], READY)
+  local p = seq and seq_priority(seq) or 0
+  if p > 0 then
+    candidate(urgent_score(seq, p), due[i], 'delayed', seq, n)
+  else
+    plain_due[#plain_due + 1] = due[i]
+  end
+end
+if #cands > 1 then
+  table.sort(cands, function(a, b)
+    if a.score ~= b.score then return a.score < b.score end
+    return a.order < b.order
+  end)
+end
+
+-- swept entries: taken ones leave their set; valid ones not taken go to ready; the rest stay
+local unlease, undelay, unurgent, to_head, to_tail, to_urgent = {}, {}, {}, {}, {}, {}
+local urgent_left = false
+for _, c in ipairs(cands) do
+  if #raw < max then
+    take(c.raw, c.from, c.seq, c.n)
+    if c.from == 'urgent' then
+      unurgent[#unurgent + 1] = c.raw
+    elseif c.from == 'inflight' then
+      unlease[#unlease + 1] = c.raw
+    else
+      undelay[#undelay + 1] = c.raw
+    end
+  elseif c.from == 'urgent' then
+    urgent_left = true
+  else  -- a swept candidate parsed: it goes to the urgent set
+    to_urgent[#to_urgent + 1] = c.seq .. '#' .. c.n
+    if c.from == 'inflight' then
+      unlease[#unlease + 1] = c.raw
+    else
+      undelay[#undelay + 1] = c.raw
+    end
+  end
+end
+for i = 1, #plain_expired do
+  local e = plain_expired[i]
   local seq, n = parse(e, IN_FLIGHT)
   if #raw < max then
     take(e, 'inflight', seq, n)
@@ -84,12 +143,15 @@ for i = 1, #expired do
     unlease[#unlease + 1] = e
   end
 end
+local want = max - #raw
+local head = redis.call('LRANGE', KEYS[1], 0, want)
+local from_ready = math.min(#head, want)
 for i = 1, from_ready do
   local seq, n = parse(head[i], READY)
   take(head[i], 'ready', seq, n)
 end
-for i = 1, #due do
-  local e = due[i]
+for i = 1, #plain_due do
+  local e = plain_due[i]
   local seq, n = parse(e, READY)
   if #raw < max then
     take(e, 'delayed', seq, n)
@@ -143,7 +205,7 @@ for i = 1, #raw do
 end
 -- More is ready after this call: pass the baton to another idle receiver.
 local wake = false
-if #head > from_ready or #to_head + #to_tail > 0 then
+if #head > from_ready or #to_head + #to_tail + #to_urgent > 0 or urgent_left then
   wake = redis.call('LLEN', KEYS[5]) == 0
 end
 
@@ -151,12 +213,14 @@ end
 if from_ready > 0 then redis.call('LPOP', KEYS[1], from_ready) end  -- those just read
 if #unlease > 0 then redis.call('ZREM', KEYS[3], unpack(unlease)) end
 if #undelay > 0 then redis.call('ZREM', KEYS[2], unpack(undelay)) end
+if #unurgent > 0 then redis.call('ZREM', KEYS[6], unpack(unurgent)) end
 if #to_head > 0 then
   local reversed = {}  -- LPUSH puts its last argument first: earliest deadline at the head
   for i = #to_head, 1, -1 do reversed[#reversed + 1] = to_head[i] end
   redis.call('LPUSH', KEYS[1], unpack(reversed))
 end
 if #to_tail > 0 then redis.call('RPUSH', KEYS[1], unpack(to_tail)) end
+if #to_urgent > 0 then make_ready(KEYS[1], KEYS[6], 'RPUSH', to_urgent) end
 if #stand_ins > 0 then redis.call('HSET', KEYS[4], unpack(stand_ins)) end
 redis.call('ZADD', KEYS[3], unpack(zargs))
 if wake then redis.call('RPUSH', KEYS[5], '1') end

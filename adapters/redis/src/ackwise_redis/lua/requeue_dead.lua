@@ -8,11 +8,13 @@
 --   KEYS[5] ready      LIST  "<seq>#<n>"
 --   KEYS[6] seq        STRING counter (see publish.lua)
 --   KEYS[7] notify     LIST  wake-up tokens for idle receivers
+--   KEYS[8] urgent     ZSET  "<seq>#<n>" -> urgent_score   ready, priority > 0 (lib.lua)
 -- ARGV[1..] message ids; "corrupt-<seq>" that dead_ids does not know names the dead letter
 -- <seq> itself (the stand-in id under which a record without a readable id is listed)
 --
 -- Atomic: each dead letter leaves the store and enters the queue in the same step, under a
--- new seq (fresh enqueue time, delivery count 0), so a replay run twice replays it once.  A
+-- new seq (fresh enqueue time, delivery count 0, the same priority), so a replay run twice
+-- replays it once.  A
 -- dead letter without data leaves the store and is not counted.  Reads and checks first; the
 -- first write (dead_ids) is the one that can still fail.
 -- Returns how many messages moved.
@@ -26,6 +28,7 @@ if moved > 0 then
   last = seq_counter(KEYS[6])
   if not last then return redis.error_reply(CORRUPT_COUNTER) end
   redis.call('LLEN', KEYS[5])
+  redis.call('ZCARD', KEYS[8])
   wake = redis.call('LLEN', KEYS[7]) == 0
 end
 local t = redis.call('TIME')
@@ -34,7 +37,8 @@ local prefix = string.format('%x-', ms)
 local fields, entries = {}, {}
 for i = 1, #dead do
   if bodies[i] then
-    local new = prefix .. string.format('%x', last + #entries + 1)
+    local p = seq_priority(dead[i])
+    local new = prefix .. string.format('%x', last + #entries + 1) .. (p > 0 and '!' .. p or '')
     fields[#fields + 1] = new
     fields[#fields + 1] = bodies[i]
     entries[#entries + 1] = new .. '#0'
@@ -49,7 +53,9 @@ if #dead > 0 then
 end
 if moved > 0 then
   chunked('HSET', KEYS[4], fields)
-  chunked('RPUSH', KEYS[5], entries)
+  for i = 1, #entries, 1000 do
+    make_ready(KEYS[5], KEYS[8], 'RPUSH', {unpack(entries, i, math.min(i + 999, #entries))})
+  end
   redis.call('SET', KEYS[6], string.format('%d', last + moved))
   if wake then redis.call('RPUSH', KEYS[7], '1') end
 end
