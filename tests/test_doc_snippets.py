@@ -23,6 +23,7 @@ PAGES = {
     "results.md": ["proj.tasks:app", "--pool", "prefork", "-c", "2"],  # values cross a pipe
     "workflows.md": ["shop.tasks:app", "--pool", "threads", "-c", "2"],
     "rate-limits.md": ["api.tasks:app", "--pool", "threads", "-c", "2"],
+    "priorities.md": ["shop.tasks:app", "--pool", "threads", "-c", "2"],
 }
 
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
