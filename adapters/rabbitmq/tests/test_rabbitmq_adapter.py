@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ackwise import App, Outgoing, QueueSpec, open_adapter
-from ackwise.errors import QueueNotFound, StaleReceipt, TransientAdapterError
+from ackwise.errors import PermanentAdapterError, QueueNotFound, StaleReceipt, TransientAdapterError
 from ackwise.testing import InProcessWorker, run_worker
 from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
 from ackwise_conformance.harness import with_options
@@ -53,6 +53,25 @@ def short_timeout_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
         missing_broker(exc.reason)
     yield handle
     handle.stop()
+
+
+def test_priorities_refuse_a_queue_declared_without_them(rabbitmq_url: str) -> None:
+    sep = "&" if "?" in rabbitmq_url else "?"
+    plain = _adapter(rabbitmq_url + sep + "queue_type=classic")
+    prioritised = _adapter(rabbitmq_url + sep + "queue_type=classic&priorities=true")
+    name = _queue()
+    try:
+        plain.declare(QueueSpec(name))
+        with pytest.raises(PermanentAdapterError, match="exists without the arguments of a prio"):
+            prioritised.declare(QueueSpec(name))
+        other = _queue()
+        prioritised.declare(QueueSpec(other))  # the adapter goes on after the refusal
+        prioritised.declare(QueueSpec(other))
+        prioritised.delete_queue(other)
+    finally:
+        plain.delete_queue(name)
+        plain.close()
+        prioritised.close()
 
 
 def test_heartbeats_keep_the_connection_while_a_cpu_bound_task_runs(rabbitmq_url: str) -> None:

@@ -75,6 +75,8 @@ def test_amqps_builds_a_tls_context() -> None:
         ("amqp://h/?heartbeat=0", "heartbeat must be > 0"),
         ("amqp://h/?heartbeat=soon", "not a number"),
         ("amqp://h/?verify=false", "need the amqps"),
+        ("amqp://h/?priorities=true", "priorities=true needs queue_type=classic"),
+        ("amqp://h/?queue_type=classic&priorities=maybe", "priorities must be true or false"),
     ],
 )
 def test_bad_urls_are_refused_with_the_reason(url: str, match: str) -> None:

@@ -122,6 +122,7 @@ class RabbitMQAdapter(_Browsing, _Consuming, _Publishing, _Topology, _IOThread):
             type(self).capabilities,
             max_hold=self.settings.consumer_timeout,
             global_in_flight=bool(self.settings.management),
+            priorities=self.settings.priorities,
         )
 
     @classmethod

@@ -20,7 +20,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from ackwise import DeadLetter, QueueStats
 from ackwise.errors import QueueNotFound, UnsupportedCapability
 from ackwise_rabbitmq._consume import _Consuming
-from ackwise_rabbitmq._messages import _dead_letter_of
+from ackwise_rabbitmq._messages import _dead_letter_of, _priority
 from ackwise_rabbitmq._topology import DELAY_TIERS
 
 # The adapter's one logger, named as before it was split into modules.
@@ -111,14 +111,16 @@ class _Browsing(_Consuming):
 
     def _read_dead(
         self, ch: BlockingChannel, queue: str, limit: int | None
-    ) -> list[tuple[int, DeadLetter]]:
-        out: list[tuple[int, DeadLetter]] = []
+    ) -> list[tuple[int, DeadLetter, int]]:
+        """(delivery tag, dead letter, priority) of up to ``limit`` dead letters."""
+        out: list[tuple[int, DeadLetter, int]] = []
         dead = self._aux(queue, "dead")
         while limit is None or len(out) < limit:
             method, props, body = ch.basic_get(dead, auto_ack=False)
             if method is None:
                 break
-            out.append((method.delivery_tag, _dead_letter_of(queue, props, body)))
+            dead_letter = _dead_letter_of(queue, props, body)
+            out.append((method.delivery_tag, dead_letter, _priority(props)))
         return out
 
     def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
@@ -126,7 +128,7 @@ class _Browsing(_Consuming):
 
         def run() -> list[DeadLetter]:
             with self._temp_channel() as ch:
-                return [d for _, d in self._read_dead(ch, queue, limit)]
+                return [d for _, d, _ in self._read_dead(ch, queue, limit)]
 
         return self._call(run, timeout=120.0)
 
@@ -137,11 +139,12 @@ class _Browsing(_Consuming):
         def run() -> int:
             with self._temp_channel() as ch:
                 moved = 0
-                for tag, d in self._read_dead(ch, queue, None):
+                for tag, d, priority in self._read_dead(ch, queue, None):
                     if d.message_id not in wanted:
                         continue
                     # Confirmed on the queue first, then removed from the dead letters.
-                    self._publish_now([("", queue, d.body, self._properties(d.message_id))])
+                    props = self._properties(d.message_id, priority=priority)
+                    self._publish_now([("", queue, d.body, props)])
                     ch.basic_ack(tag)
                     moved += 1
                 return moved
@@ -158,7 +161,7 @@ class _Browsing(_Consuming):
         def run() -> int:
             with self._temp_channel() as ch:
                 gone = 0
-                for tag, d in self._read_dead(ch, queue, None):
+                for tag, d, _ in self._read_dead(ch, queue, None):
                     if d.message_id in wanted:
                         ch.basic_ack(tag)
                         gone += 1

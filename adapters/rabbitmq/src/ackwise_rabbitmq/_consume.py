@@ -30,6 +30,7 @@ from ackwise_rabbitmq._messages import (
     _dead_body,
     _malformed,
     _message_id,
+    _priority,
 )
 from ackwise_rabbitmq._publish import _Publishing
 
@@ -49,6 +50,8 @@ class Receipt:
     tag: int
     #: The consumer it came through (its window is freed when the delivery is settled).
     consumer: _Consumer | None = field(default=None, compare=False, repr=False)
+    #: The message's priority, which a republish (a nack with a delay, a dead letter) keeps.
+    priority: int = field(default=0, compare=False)
 
 
 @dataclass(slots=True)
@@ -278,7 +281,7 @@ class _Consuming(_Publishing):
             queue=raw.queue,
             message_id=_message_id(props, raw.body),
             body=raw.body,
-            receipt=Receipt(raw.generation, raw.tag, raw.consumer),
+            receipt=Receipt(raw.generation, raw.tag, raw.consumer, _priority(props)),
             attempt=_attempt(headers, raw.redelivered),
             lease_deadline=deadline,
             corrupt=_malformed(props, headers),
@@ -449,7 +452,7 @@ class _Consuming(_Publishing):
         # the message, never loses it.  The count so far travels in our header.
         item = self._route(
             delivery.queue,
-            Outgoing(delivery.message_id, delivery.body, delay),
+            Outgoing(delivery.message_id, delivery.body, delay, delivery.receipt.priority),
             {H_DELIVERIES: delivery.attempt},
         )
         self._republish_then_ack(delivery, item, "nack")
@@ -475,6 +478,8 @@ class _Consuming(_Publishing):
         _, stale = self._claim([delivery])
         if stale:
             raise StaleReceipt(stale, "dead_letter")
-        props = self._dead_props(delivery.message_id, reason, time.time(), delivery.attempt)
+        props = self._dead_props(
+            delivery.message_id, reason, time.time(), delivery.attempt, delivery.receipt.priority
+        )
         item = ("", self._aux(delivery.queue, "dead"), _dead_body(delivery, body), props)
         self._republish_then_ack(delivery, item, "dead_letter")

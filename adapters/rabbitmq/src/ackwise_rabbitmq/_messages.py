@@ -17,7 +17,7 @@ import pika.exceptions as px
 import pika.frame
 import pika.spec
 
-from ackwise import DeadLetter, Delivery
+from ackwise import MAX_PRIORITY, DeadLetter, Delivery
 
 # The adapter's one logger, named as before it was split into modules.
 log = logging.getLogger("ackwise_rabbitmq._adapter")
@@ -105,6 +105,13 @@ def _text(value: object) -> str | None:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return value if isinstance(value, str) else None
+
+
+def _priority(props: Any) -> int:
+    """A message's priority as ackwise keeps it: 0 to 9 (anything else another client set
+    counts as 0 when ackwise sends the message again)."""
+    p = props.priority
+    return p if type(p) is int and 0 <= p <= MAX_PRIORITY else 0
 
 
 def _brief(value: object) -> str:

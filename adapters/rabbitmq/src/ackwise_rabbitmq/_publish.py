@@ -117,19 +117,20 @@ class _Publishing(_Topology):
 
     # -- producing -------------------------------------------------------------------------
     def _properties(
-        self, message_id: str, headers: dict[str, Any] | None = None
+        self, message_id: str, headers: dict[str, Any] | None = None, priority: int = 0
     ) -> pika.BasicProperties:
         return pika.BasicProperties(
             message_id=message_id,
             delivery_mode=2,
             timestamp=int(time.time()),
             headers=headers or None,
+            priority=priority or None,
         )
 
     def _route(
         self, queue: str, m: Outgoing, headers: dict[str, Any] | None = None
     ) -> tuple[str, str, bytes, Any]:
-        props = self._properties(m.id, headers)
+        props = self._properties(m.id, headers, m.priority)
         if m.delay > 0:
             delay_ms = min(MAX_DELAY_MS, math.ceil(m.delay * 1000))
             top = delay_ms.bit_length() - 1
@@ -145,6 +146,7 @@ class _Publishing(_Topology):
                 )
             if m.delay > 0:
                 self.check_delay(m.delay)
+        self.check_priorities(messages)
 
     def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
         if not messages:
@@ -161,10 +163,15 @@ class _Publishing(_Topology):
         self._check(messages)
         now = time.time()
         dead = self._aux(queue, "dead")
-        items = [("", dead, m.body, self._dead_props(m.id, reason, now, 1)) for m in messages]
+        items = [
+            ("", dead, m.body, self._dead_props(m.id, reason, now, 1, m.priority)) for m in messages
+        ]
         self._call(lambda: self._publish_now(items))
 
-    def _dead_props(self, message_id: str, reason: str, at: float, attempt: int) -> Any:
+    def _dead_props(
+        self, message_id: str, reason: str, at: float, attempt: int, priority: int = 0
+    ) -> Any:
+        """A dead letter's properties; its priority is kept for a replay."""
         return self._properties(
-            message_id, {H_REASON: reason, H_DEAD_AT: repr(at), H_ATTEMPT: attempt}
+            message_id, {H_REASON: reason, H_DEAD_AT: repr(at), H_ATTEMPT: attempt}, priority
         )

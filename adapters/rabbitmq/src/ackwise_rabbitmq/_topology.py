@@ -10,7 +10,7 @@ from typing import Any
 
 import pika.exceptions as px
 
-from ackwise import BrokerURL, QueueSpec
+from ackwise import MAX_PRIORITY, BrokerURL, QueueSpec
 from ackwise.errors import PermanentAdapterError
 from ackwise_rabbitmq._io import _IOThread
 
@@ -83,12 +83,18 @@ class _Topology(_IOThread):
                 args["x-overflow"] = "reject-publish"
             else:
                 args["x-queue-type"] = "classic"
+                if self.settings.priorities:
+                    args["x-max-priority"] = MAX_PRIORITY
             try:
                 self._admin().queue_declare(name, durable=True, arguments=args)
             except px.ChannelClosedByBroker as exc:
                 # Declared meanwhile by another process with other arguments: keep theirs.
                 if exc.reply_code != 406 or self._exists(name) is None:
                     raise
+                if self.settings.priorities:
+                    self._refuse_without_priorities(name)
+        elif self.settings.priorities:
+            self._check_priorities(name, dlx)
         ch = self._admin()
         ch.exchange_declare(deliver, "fanout", durable=True)
         ch.queue_bind(name, deliver)
@@ -109,6 +115,28 @@ class _Topology(_IOThread):
             ch.queue_bind(wait, exchange, routing_key=f"{above}1.#")
             ch.exchange_bind(below, exchange, routing_key=f"{above}0.#")
             below = exchange
+
+    def _check_priorities(self, name: str, dlx: str) -> None:
+        """Refuse an existing queue that has no ``x-max-priority`` of 9 (I/O thread): AMQP
+        cannot read a queue's arguments, but a declaration with other arguments fails."""
+        args: dict[str, Any] = {
+            "x-dead-letter-exchange": dlx,
+            "x-queue-type": "classic",
+            "x-max-priority": MAX_PRIORITY,
+        }
+        try:
+            self._admin().queue_declare(name, durable=True, arguments=args)
+        except px.ChannelClosedByBroker as exc:
+            if exc.reply_code != 406:
+                raise
+            self._refuse_without_priorities(name)
+
+    def _refuse_without_priorities(self, name: str) -> None:
+        raise PermanentAdapterError(
+            f"{self.settings.where}: queue {name!r} exists without the arguments of a priority "
+            f"queue (classic, x-max-priority {MAX_PRIORITY}); RabbitMQ cannot add them to an "
+            "existing queue: drain and delete it, or use the URL without priorities=true"
+        )
 
     def delete_queue(self, queue: str) -> None:
         """Delete the queue, its dead-letter and delay queues, and its exchanges."""

@@ -9,6 +9,11 @@
     deliveries, after about two intervals.
 ``connection_timeout`` (seconds, default 10), ``confirm_timeout`` (seconds, default 30)
 ``queue_type`` (``quorum``, default, or ``classic``)
+``priorities`` (``true`` or ``false``, default ``false``)
+    declare queues with ``x-max-priority`` 9, so that messages of a higher priority are
+    delivered first (docs/priorities.md).  Classic queues only: a quorum queue has no
+    priorities before RabbitMQ 4.0.  A queue that exists without ``x-max-priority`` is refused
+    (RabbitMQ cannot add it to an existing queue).
 ``consumer_timeout`` (seconds, default 1800)
     the broker's ``consumer_timeout`` (RabbitMQ's default is 30 minutes).  AMQP cannot read it,
     so say it here when the broker's is different; a task whose ``time_limit`` is longer is
@@ -45,6 +50,7 @@ _KNOWN = {
     "connection_timeout",
     "confirm_timeout",
     "queue_type",
+    "priorities",
     "consumer_timeout",
     "management",
     "management_lag",
@@ -69,6 +75,7 @@ class RabbitMQSettings:
     connection_timeout: float = 10.0
     confirm_timeout: float = 30.0
     queue_type: str = "quorum"
+    priorities: bool = False
     consumer_timeout: float = 1800.0
     management: str | None = None
     management_lag: float = 0.0
@@ -144,6 +151,14 @@ def parse_rabbitmq_url(url: BrokerURL) -> RabbitMQSettings:
         raise InvalidBrokerURL(
             f"broker URL {url}: queue_type must be 'quorum' or 'classic', got {queue_type!r}"
         )
+    priorities = q.get("priorities", "false").lower()
+    if priorities not in ("true", "false", "1", "0", "yes", "no"):
+        raise InvalidBrokerURL(f"broker URL {url}: priorities must be true or false")
+    if priorities in ("true", "1", "yes") and queue_type != "classic":
+        raise InvalidBrokerURL(
+            f"broker URL {url}: priorities=true needs queue_type=classic (a quorum queue has "
+            "no priorities before RabbitMQ 4.0)"
+        )
     verify = q.get("verify", "true").lower()
     if verify not in ("true", "false", "1", "0", "yes", "no"):
         raise InvalidBrokerURL(f"broker URL {url}: verify must be true or false")
@@ -162,6 +177,7 @@ def parse_rabbitmq_url(url: BrokerURL) -> RabbitMQSettings:
         connection_timeout=_seconds(url, "connection_timeout", q.get("connection_timeout", "10")),
         confirm_timeout=_seconds(url, "confirm_timeout", q.get("confirm_timeout", "30")),
         queue_type=queue_type,
+        priorities=priorities in ("true", "1", "yes"),
         consumer_timeout=_seconds(url, "consumer_timeout", q.get("consumer_timeout", "1800")),
         management=q.get("management") or None,
         management_lag=_seconds(

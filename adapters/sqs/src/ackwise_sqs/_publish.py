@@ -28,6 +28,7 @@ class _Publishing(_Topology):
             return
         for m in messages:
             self.check_delay(m.delay)
+        self.check_priorities(messages)  # SQS has none
         info = self._queue(queue)
         entries = [self._entry(info, m, i) for i, m in enumerate(messages)]
         self._send_batches(info, info.url, entries, [m.id for m in messages])
@@ -107,6 +108,7 @@ class _Publishing(_Topology):
     def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
         if not messages:
             return
+        self.check_priorities(messages)
         info = self._queue(queue)
         now = time.time()
         entries = [

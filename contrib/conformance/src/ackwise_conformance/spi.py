@@ -44,7 +44,7 @@ from ackwise_conformance._spi_priorities import PriorityChecks
 from ackwise_conformance._spi_receive import ReceiveChecks
 from ackwise_conformance._spi_storage import StorageChecks
 
-__all__ = ["AdapterConformance"]
+__all__ = ["AdapterConformance", "PriorityChecks"]
 
 
 class AdapterConformance(DeliveryChecks, LeaseChecks, StorageChecks, ReceiveChecks, PriorityChecks):
