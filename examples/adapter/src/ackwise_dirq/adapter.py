@@ -259,6 +259,7 @@ class DirQueueAdapter(Adapter):
         for m in messages:
             if m.delay > 0:
                 self.check_delay(m.delay)  # always holds here; an adapter with limits needs it
+        self.check_priorities(messages)  # no priorities here: a priority above 0 is refused
         if not messages:
             return
         with self._locked(queue, "publish") as q:
@@ -269,6 +270,7 @@ class DirQueueAdapter(Adapter):
                 self._write(q, q.ready / _ready_name(now + max(m.delay, 0.0), seq, 0), content)
 
     def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
+        self.check_priorities(messages)
         if not messages:
             return
         with self._locked(queue, "publish_dead") as q:
