@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ackwise._postgres import create_tables
 from ackwise._spi import BrokerURL
 from ackwise._sqlite_file import SQLiteStore
 from ackwise.errors import (
@@ -254,7 +255,7 @@ class PostgresIdempotencyStore(IdempotencyStore):
         self._psycopg: Any = psycopg
         try:
             self._conn: Any = psycopg.connect(self.url.raw, autocommit=True)
-            self._conn.execute(_PG_SCHEMA)
+            create_tables(self._conn, [_PG_SCHEMA])
         except psycopg.Error as exc:
             raise BrokerUnavailable(f"idempotency store {self.url}: {exc}") from exc
 

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
+from ackwise._postgres import create_tables
 from ackwise._spi import BrokerURL
 from ackwise._sqlite_file import SQLiteStore
 from ackwise.errors import (
@@ -378,7 +379,10 @@ class PostgresResultStore(ResultStore):
         self._lock = threading.Lock()  # one connection: one statement at a time
         self._conn: Any = self._connect()
         with self._lock:
-            self._exec(_PG_SCHEMA, None)
+            try:
+                create_tables(self._conn, [s for s in _PG_SCHEMA.split(";") if s.strip()])
+            except psycopg.Error as exc:
+                raise BrokerUnavailable(f"result store {self.url}: {exc}") from exc
 
     def _connect(self) -> Any:
         try:
