@@ -368,6 +368,11 @@ class PostgresResultStore(ResultStore):
 
     scheme = "postgresql"
 
+    def __init__(self, url: BrokerURL, *, ttl: float = RESULT_TTL) -> None:
+        super().__init__(url, ttl=ttl)
+        #: What psycopg connects with (a subclass may show another ``url``).
+        self.conninfo = url.raw
+
     def open(self) -> None:
         try:
             import psycopg
@@ -386,7 +391,7 @@ class PostgresResultStore(ResultStore):
 
     def _connect(self) -> Any:
         try:
-            return self._psycopg.connect(self.url.raw, autocommit=True)
+            return self._psycopg.connect(self.conninfo, autocommit=True)
         except self._psycopg.Error as exc:
             raise BrokerUnavailable(f"result store {self.url}: {exc}") from exc
 

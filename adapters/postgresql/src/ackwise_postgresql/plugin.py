@@ -1,0 +1,17 @@
+"""Registers the PostgreSQL adapter: names the class by import path, imports no driver.
+
+The idempotency and result stores of ``postgresql://`` URLs are core's (``ackwise[postgres]``),
+so an app on this broker keeps its results and keys in the same database by default.
+"""
+
+from __future__ import annotations
+
+from ackwise import AdapterRegistry, hookimpl
+
+_ADAPTER = "ackwise_postgresql._adapter:PostgreSQLAdapter"
+
+
+@hookimpl
+def ackwise_register_adapters(registry: AdapterRegistry) -> None:
+    for scheme in ("postgresql", "postgres"):
+        registry.add(scheme, _ADAPTER, distribution="ackwise-postgresql")

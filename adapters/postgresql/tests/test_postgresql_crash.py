@@ -1,0 +1,21 @@
+"""Level 2 of the conformance suite (crash scenarios C01-C28) against a private PostgreSQL
+cluster.
+
+Real ``ackwise worker`` processes, real signals, a TCP fault proxy (C18) and a restart of the
+suite-owned, durable cluster (C19).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ackwise_conformance.brokers import BrokerHandle
+from ackwise_conformance.crash import CrashConformance
+
+pytestmark = pytest.mark.slow
+
+
+class TestPostgreSQLCrashConformance(CrashConformance):
+    @pytest.fixture
+    def broker(self, postgresql_broker: BrokerHandle) -> BrokerHandle:
+        return postgresql_broker
