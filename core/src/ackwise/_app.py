@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
 from ackwise import _envelope, _tracing
@@ -20,6 +21,8 @@ from ackwise._schedule import Periodic, declare, make_schedule
 from ackwise._semantics import Ack
 from ackwise._spi import Adapter, BrokerURL, Capabilities, Outgoing, QueueSpec
 from ackwise._task import TRANSIENT_ERRORS, RetryPolicy, Signature, Task
+from ackwise._transaction import current as current_transaction
+from ackwise._transaction import enlist
 from ackwise.errors import ConfigurationError
 
 __all__ = ["App"]
@@ -299,6 +302,19 @@ class App:
             return self._results
 
     # -- publishing ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def transaction(self, conn: Any) -> Iterator[None]:
+        """Send the calls made inside the block in ``conn``'s database transaction: enqueued
+        if and only if it commits (docs/outbox.md).
+
+        ``conn``: a psycopg 3 connection to PostgreSQL.  On a PostgreSQL broker in that database the
+        messages are written as the broker's own rows; on any other broker they go to the
+        ``ackwise_outbox`` table there, and ``ackwise relay`` publishes them.  The block does
+        not commit: the caller's own transaction handling does.
+        """
+        with enlist(self, conn):
+            yield
+
     def send_many(self, calls: Iterable[Signature]) -> list[TaskHandle]:
         """Send many task calls, one broker round trip per queue; return their handles.
 
@@ -428,6 +444,11 @@ class App:
     ) -> tuple[str, Outgoing]:
         name, default_queue = self._target(task)
         priority = self._priority(task, priority)
+        id = id or _envelope.new_id()
+        enlisted = current_transaction(self)
+        if enlisted is not None and enlisted.outbox and not (headers or {}).get("idempotency_key"):
+            # A relay killed between its publish and its delete publishes again: one effect.
+            headers = {**(headers or {}), "idempotency_key": f"outbox:{id}"}
         args = list(args) if args is not None else []
         kwargs = dict(kwargs) if kwargs is not None else {}
         if args:
@@ -441,7 +462,7 @@ class App:
         q = check_queue_name(queue) if queue is not None else default_queue
         env = _envelope.Envelope(
             v=_envelope.ENVELOPE_VERSION,
-            id=id or _envelope.new_id(),
+            id=id,
             task=name,
             args=args,
             kwargs=kwargs,
@@ -455,13 +476,22 @@ class App:
         check_publish(name, self._adapter_cls.capabilities, self._broker.scheme, body, delay)
         return q, Outgoing(env.id, body, delay, priority)
 
-    def _publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+    def _producer_adapter(self) -> Adapter:
+        """The app's producer connection, opened on first use."""
         with self._lock:
-            producer = self._producer
-            if producer is None:
+            if self._producer is None:
                 producer = self.adapter()
                 producer.open()
                 self._producer = producer
+            return self._producer
+
+    def _publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        enlisted = current_transaction(self)
+        if enlisted is not None:
+            enlisted.publish(queue, messages)
+            return
+        producer = self._producer_adapter()
+        with self._lock:
             if queue not in self._declared:
                 producer.declare(QueueSpec(queue))
                 self._declared.add(queue)

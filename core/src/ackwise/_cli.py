@@ -135,9 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ackwise._beat import add_parser as add_beat
     from ackwise._dlq import add_parser as add_dlq
+    from ackwise._relay import add_parser as add_relay
 
     add_beat(sub)
     add_dlq(sub)
+    add_relay(sub)
     get_plugins().add_commands(sub)
     return parser
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import enum
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -28,6 +28,7 @@ __all__ = [
     "Capabilities",
     "DeadLetter",
     "Delivery",
+    "Execute",
     "LeaseExtension",
     "Outgoing",
     "QueueSpec",
@@ -35,6 +36,10 @@ __all__ = [
     "fork_generation",
 ]
 
+
+#: Runs one SQL statement (``%(name)s`` parameters) on the caller's own database connection,
+#: inside the caller's transaction, and returns its rows (``app.transaction(conn)``).
+Execute = Callable[[str, Mapping[str, Any]], list[tuple[Any, ...]]]
 
 #: The highest message priority; 0 is the lowest and the default (docs/priorities.md).
 MAX_PRIORITY = 9
@@ -460,6 +465,20 @@ class Adapter(abc.ABC):
         consumes into a buffer of its own (RabbitMQ's ``basic.consume``) cancels its consumers
         here, or the broker would send the returned messages straight back to it.
         """
+
+    def takes_transaction(self, execute: Execute) -> bool:
+        """Whether ``execute`` (a statement runner on the caller's database connection) reaches
+        this broker's own storage, so that :meth:`publish_in_transaction` enqueues in the
+        caller's transaction.  The default, False: ``app.transaction()`` writes to the outbox
+        table of the caller's database instead (docs/outbox.md)."""
+        return False
+
+    def publish_in_transaction(
+        self, execute: Execute, queue: str, messages: Sequence[Outgoing]
+    ) -> None:
+        """Write ``messages`` through ``execute``, in the caller's transaction: published if
+        and only if the caller commits.  Only where :meth:`takes_transaction` said so."""
+        raise UnsupportedCapability(self.name, "publishing in the caller's transaction")
 
     def queues(self) -> Sequence[str]:
         """Names of the queues the broker knows, where it can tell (for ``ackwise stats``)."""

@@ -34,6 +34,7 @@ from ackwise import (
     Capabilities,
     DeadLetter,
     Delivery,
+    Execute,
     Outgoing,
     QueueSpec,
     QueueStats,
@@ -77,6 +78,7 @@ class PostgreSQLAdapter(Adapter):
         if url.scheme not in ("postgresql", "postgres"):
             raise InvalidBrokerURL(f"broker URL {url}: scheme must be postgresql or postgres")
         self._link = Link(url, _connect_timeout(url))
+        self._identity: tuple[Any, ...] | None = None
 
     def __repr__(self) -> str:
         return f"<PostgreSQLAdapter {self._link.where}>"
@@ -110,14 +112,30 @@ class PostgreSQLAdapter(Adapter):
             "priorities": [m.priority for m in messages],
         }
 
-    def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
-        if not messages:
-            return
+    def _publish_params(self, queue: str, messages: Sequence[Outgoing]) -> dict[str, Any]:
         params = self._arrays(messages)
         params.update(
             queue=queue, channel=channel(queue), delays=[max(m.delay, 0.0) for m in messages]
         )
-        self._link.execute(f"publish to {queue}", _sql.PUBLISH, params)
+        return params
+
+    def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        if messages:
+            params = self._publish_params(queue, messages)
+            self._link.execute(f"publish to {queue}", _sql.PUBLISH, params)
+
+    def takes_transaction(self, execute: Execute) -> bool:
+        """Whether ``execute`` runs on a connection to this broker's own table."""
+        if self._identity is None:
+            self._identity = self._link.execute("identify the database", _sql.IDENTITY)[0]
+        theirs = execute(_sql.IDENTITY, {})
+        return bool(theirs) and tuple(theirs[0]) == tuple(self._identity)
+
+    def publish_in_transaction(
+        self, execute: Execute, queue: str, messages: Sequence[Outgoing]
+    ) -> None:
+        if messages:
+            execute(_sql.PUBLISH, self._publish_params(queue, messages))
 
     def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
         if not messages:

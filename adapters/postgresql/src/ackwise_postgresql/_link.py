@@ -90,6 +90,10 @@ class Link:
                 )
             self._conn, self._listening = conn, set()
             if not self._schema_ready:
+                with self.errors("look for the tables"):
+                    row = conn.execute(_sql.SCHEMA_READY).fetchone()
+                    self._schema_ready = bool(row and row[0])
+            if not self._schema_ready:
                 with self.errors("create the tables"), conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_sql.SCHEMA_LOCK,))
                     for statement in _sql.SCHEMA:

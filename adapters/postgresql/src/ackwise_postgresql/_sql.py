@@ -40,11 +40,19 @@ CREATE TABLE IF NOT EXISTS ackwise_queues (
     declared_at DOUBLE PRECISION NOT NULL
 )""",
 ]
+#: Whether every table and index exists already: then no DDL runs (CREATE INDEX IF NOT
+#: EXISTS would still wait for a lock that an open transaction writing messages holds).
+SCHEMA_READY = """
+SELECT to_regclass('ackwise_messages') IS NOT NULL AND to_regclass('ackwise_queues') IS NOT NULL
+   AND to_regclass('ackwise_messages_receivable') IS NOT NULL
+   AND to_regclass('ackwise_messages_dead') IS NOT NULL
+"""
 #: Held while the schema is created: two processes creating the same table at once would
 #: otherwise collide in the catalogue (a unique violation on pg_type).
 SCHEMA_LOCK = 0x61636B77  # "ackw"
 
-_NOW = "extract(epoch FROM clock_timestamp())::float8"
+# No "::" casts in what may run on a caller's connection (SQLAlchemy's text() reads ":name").
+_NOW = "CAST(extract(epoch FROM clock_timestamp()) AS float8)"
 
 DECLARE = (
     "INSERT INTO ackwise_queues (name, declared_at) VALUES (%s, " + _NOW + ") "
@@ -52,14 +60,16 @@ DECLARE = (
 )
 
 # Messages go in as arrays (one statement for a batch), in order: seq follows it.  The
-# notification is sent at commit, with the rows.
+# notification is sent at commit, with the rows.  Also run on a caller's own connection, in
+# its transaction (app.transaction()).
 PUBLISH = f"""
 WITH t AS (SELECT {_NOW} AS now),
 ins AS (
     INSERT INTO ackwise_messages (queue, id, body, state, available_at, enqueued_at, priority)
     SELECT %(queue)s, u.id, u.body, 0, t.now + u.delay, t.now, u.priority
-      FROM t, unnest(%(ids)s::text[], %(bodies)s::bytea[], %(delays)s::float8[],
-                     %(priorities)s::int2[]) WITH ORDINALITY AS u(id, body, delay, priority, n)
+      FROM t, unnest(CAST(%(ids)s AS text[]), CAST(%(bodies)s AS bytea[]),
+                     CAST(%(delays)s AS float8[]), CAST(%(priorities)s AS int2[]))
+           WITH ORDINALITY AS u(id, body, delay, priority, n)
      ORDER BY u.n
     RETURNING 1)
 SELECT (SELECT count(*) FROM ins), pg_notify(%(channel)s, '')
@@ -167,3 +177,10 @@ PURGE = "DELETE FROM ackwise_messages WHERE queue = %s AND state = 0"
 DELETE_QUEUE = "DELETE FROM ackwise_messages WHERE queue = %s"
 FORGET_QUEUE = "DELETE FROM ackwise_queues WHERE name = %s"
 QUEUES = "SELECT name FROM ackwise_queues ORDER BY name"
+
+#: Which database, and which ackwise_messages table in it, a connection reaches: equal on two
+#: connections when they reach the same table of the same server (its start time tells it
+#: from another server's).
+IDENTITY = """
+SELECT current_database(), CAST(to_regclass('ackwise_messages') AS oid), pg_postmaster_start_time()
+"""

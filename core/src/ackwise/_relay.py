@@ -1,0 +1,161 @@
+"""``ackwise relay``: publish what ``app.transaction()`` wrote to the outbox (docs/outbox.md).
+
+Each round is one transaction on the outbox's database: claim the oldest rows no other relay
+holds (``FOR UPDATE SKIP LOCKED``), publish them (the broker has accepted them when
+``publish`` returns), delete them, commit.  A relay killed after the publish and before the
+commit leaves the rows, unlocked, to the next round: they are published again, and their
+idempotency key (``outbox:<message id>``, set when they were written) gives them one effect.
+Several relays share the work; an idle one LISTENs and wakes when an enqueue commits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+from ackwise import _outbox
+from ackwise._app import App
+from ackwise._postgres import create_tables
+from ackwise._spi import Outgoing, QueueSpec, redact_url
+from ackwise.errors import AckwiseError, ConfigurationError
+
+__all__ = ["Relay", "add_parser"]
+
+log = logging.getLogger("ackwise.relay")
+
+
+class Relay:
+    """Moves the outbox of the PostgreSQL database at ``url`` to ``app``'s broker."""
+
+    def __init__(self, app: App, url: str, *, batch: int = 100, interval: float = 1.0) -> None:
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise ConfigurationError(
+                "ackwise relay needs psycopg: pip install 'psycopg[binary]'"
+            ) from exc
+        self._psycopg: Any = psycopg
+        self.app = app
+        self.url = url
+        self.batch = batch
+        self.interval = interval
+        self.stop = threading.Event()
+        self.relayed = 0
+        self._declared: set[str] = set()
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop.set())
+
+    def run(self) -> int:
+        """Relay until stopped; reconnect (with a growing pause) after any failure."""
+        log.info("relay: outbox %s -> broker %s", redact_url(self.url), self.app.broker)
+        pause = 0.1
+        while not self.stop.is_set():
+            try:
+                self._serve()
+                pause = 0.1
+            except (AckwiseError, self._psycopg.Error, OSError) as exc:
+                log.warning("relay: %s; again in %.1fs", str(exc).strip(), pause)
+                self.stop.wait(pause)
+                pause = min(pause * 2, 5.0)
+        return 0
+
+    def _serve(self) -> None:
+        with self._psycopg.connect(self.url, autocommit=True) as conn:
+            create_tables(conn, _outbox.SCHEMA)
+            conn.execute(f'LISTEN "{_outbox.CHANNEL}"')
+            while not self.stop.is_set():
+                for _ in conn.notifies(timeout=0):  # what came meanwhile: this round sees it
+                    pass
+                if self.round(conn) < self.batch:
+                    for _ in conn.notifies(timeout=self.interval, stop_after=1):
+                        break
+
+    def round(self, conn: Any) -> int:
+        """Publish and delete one batch of the oldest unclaimed rows; how many it moved."""
+        producer = self.app._producer_adapter()
+        with conn.transaction():
+            rows = conn.execute(_outbox.CLAIM, {"n": self.batch}).fetchall()
+            by_queue: dict[str, list[Outgoing]] = {}
+            for _, queue, message_id, body, delay, priority in rows:
+                out = Outgoing(message_id, bytes(body), float(delay), int(priority))
+                by_queue.setdefault(queue, []).append(out)
+            for queue, messages in by_queue.items():
+                if queue not in self._declared:
+                    producer.declare(QueueSpec(queue))
+                    self._declared.add(queue)
+                producer.publish(queue, messages)
+            if rows:
+                conn.execute(_outbox.DELETE, {"ids": [row[0] for row in rows]})
+        if rows:
+            self.relayed += len(rows)
+            log.debug("relay: published %d message(s)", len(rows))
+        return len(rows)
+
+
+# -- command line --------------------------------------------------------------------------
+def add_parser(sub: Any) -> None:
+    """Add ``ackwise relay`` to the ``ackwise`` sub-commands."""
+    from ackwise._cli_common import positive_float
+
+    r = sub.add_parser(
+        "relay",
+        help="publish the outbox of app.transaction() (safe to run several)",
+        description="Publish the messages app.transaction() wrote to the ackwise_outbox table "
+        "of a PostgreSQL database, then delete them (docs/outbox.md).",
+    )
+    r.add_argument("app", metavar="MODULE:APP", help="import path of the App")
+    r.add_argument(
+        "--database",
+        help="the outbox's PostgreSQL URL (default: $ACKWISE_OUTBOX_URL, else the app's broker "
+        "when it is PostgreSQL)",
+    )
+    r.add_argument(
+        "--batch", type=int, default=100, help="rows published per transaction (default 100)"
+    )
+    r.add_argument(
+        "--interval",
+        type=positive_float,
+        default=1.0,
+        help="longest sleep between two looks when no enqueue wakes it (default 1 s)",
+    )
+    r.set_defaults(func=cmd_relay)
+
+
+def cmd_relay(args: argparse.Namespace) -> int:
+    import os
+
+    from ackwise._execution import load_app
+
+    app = load_app(args.app)
+    url = args.database or os.environ.get("ACKWISE_OUTBOX_URL")
+    if url is None and app.broker.scheme in ("postgresql", "postgres"):
+        url = app.broker_url
+    if url is None:
+        raise ConfigurationError(
+            "ackwise relay: which database holds the outbox? give --database URL or "
+            "$ACKWISE_OUTBOX_URL (a postgresql:// URL)"
+        )
+    if args.batch < 1:
+        raise ConfigurationError(f"ackwise relay: --batch must be >= 1, got {args.batch}")
+    if app.idempotency_store_url is None:
+        log.warning(
+            "relay: app %s has no idempotency store (App(idempotency_store=URL)): a message a "
+            "relay publishes twice (killed before it deleted the row) would run twice",
+            app.name,
+        )
+    relay = Relay(app, url, batch=args.batch, interval=args.interval)
+    relay.install_signal_handlers()
+    started = time.monotonic()
+    status = relay.run()
+    log.info(
+        "relay: stopped after %.0fs, %d message(s) relayed",
+        time.monotonic() - started,
+        relay.relayed,
+    )
+    return status

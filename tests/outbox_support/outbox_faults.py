@@ -1,0 +1,31 @@
+"""A broker fault for tests/test_outbox.py's relays (``ACKWISE_PLUGINS=outbox_faults``).
+
+``stall-after-publish-sqlite://`` is the real SQLite broker whose ``publish`` writes
+``<OUTBOX_TEST_JOURNAL>.published`` and then stalls: a relay is killed there, between its
+publish and its delete.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+
+from ackwise import AdapterRegistry, BrokerURL, Outgoing, hookimpl
+from ackwise._sqlite import SQLiteAdapter
+
+
+class StallAfterPublish(SQLiteAdapter):
+    def __init__(self, url: BrokerURL) -> None:
+        super().__init__(BrokerURL.parse(url.raw.replace("stall-after-publish-", "", 1)))
+
+    def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        super().publish(queue, messages)
+        with open(os.environ["OUTBOX_TEST_JOURNAL"] + ".published", "a") as marker:
+            marker.write(f"{len(messages)}\n")
+        time.sleep(3600)
+
+
+@hookimpl
+def ackwise_register_adapters(registry: AdapterRegistry) -> None:
+    registry.add("stall-after-publish-sqlite", f"{__name__}:StallAfterPublish")

@@ -1,0 +1,228 @@
+"""``app.transaction(conn)`` with a broker that is not the caller's database: the outbox in
+the caller's PostgreSQL database, and ``ackwise relay`` (docs/outbox.md).
+
+The caller's database is the shared PostgreSQL server's ``test`` database, seen through a
+schema of each test's own; the broker is SQLite.  Relays and workers are real processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ackwise import App, decode_envelope
+from ackwise._relay import Relay
+from ackwise.errors import ConfigurationError
+from ackwise_conformance.helpers import eventually
+
+psycopg = pytest.importorskip("psycopg")
+
+PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture
+def database() -> Iterator[str]:
+    """The caller's database: a new schema of the shared server's ``test`` database."""
+    schema = f"outbox_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(PG_URL, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL at {PG_URL}: {exc}")
+    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[App]:
+    a = App("outbox", broker=f"sqlite:///{tmp_path / 'broker.db'}")
+
+    @a.task(name="outbox.record")
+    def record(value: str) -> None: ...
+
+    yield a
+    a.close()
+
+
+def _outbox_rows(database: str) -> int:
+    with psycopg.connect(database) as conn:
+        exists = conn.execute("SELECT to_regclass('ackwise_outbox')").fetchone()[0]
+        return (
+            0
+            if exists is None
+            else conn.execute("SELECT count(*) FROM ackwise_outbox").fetchone()[0]
+        )
+
+
+def _ready(app: App) -> list[str]:
+    adapter = app.adapter()
+    adapter.open()
+    try:
+        got = adapter.receive("default", max_messages=1000, wait=0.0, lease=60.0)
+        return [decode_envelope(d.body).args[0] for d in got]
+    finally:
+        adapter.close()
+
+
+def test_a_rolled_back_transaction_enqueues_nothing(app: App, database: str) -> None:
+    with psycopg.connect(database) as conn:
+        with conn.transaction(), app.transaction(conn):
+            app.send("outbox.record", ["kept"])
+        try:
+            with conn.transaction(), app.transaction(conn):
+                app.send("outbox.record", ["rolled back"])
+                raise RuntimeError("the order could not be saved")
+        except RuntimeError:
+            pass
+    assert _outbox_rows(database) == 1
+    relay = Relay(app, database)
+    with psycopg.connect(database, autocommit=True) as conn:
+        assert relay.round(conn) == 1
+    assert _outbox_rows(database) == 0
+    assert _ready(app) == ["kept"]
+
+
+def test_an_outbox_message_carries_its_idempotency_key_and_its_options(
+    app: App, database: str
+) -> None:
+    with psycopg.connect(database) as conn, conn.transaction(), app.transaction(conn):
+        handle = app.send("outbox.record", ["x"], priority=3, countdown=0.2)
+    relay = Relay(app, database)
+    with psycopg.connect(database, autocommit=True) as conn:
+        relay.round(conn)
+    assert _ready(app) == []  # the countdown holds it at the broker
+    time.sleep(0.3)
+    adapter = app.adapter()
+    adapter.open()
+    [d] = adapter.receive("default", max_messages=10, wait=1.0, lease=60.0)
+    adapter.close()
+    env = decode_envelope(d.body)
+    assert (env.id, env.priority) == (str(handle), 3)
+    assert env.headers["idempotency_key"] == f"outbox:{handle}"
+
+
+def test_sends_outside_the_block_go_to_the_broker_at_once(app: App, database: str) -> None:
+    with psycopg.connect(database) as conn, conn.transaction():
+        with app.transaction(conn):
+            app.send("outbox.record", ["in"])
+        app.send("outbox.record", ["out"])
+        assert _ready(app) == ["out"]  # before the caller's commit
+    assert _outbox_rows(database) == 1
+
+
+def test_a_connection_that_is_not_psycopg_is_refused(app: App) -> None:
+    with pytest.raises(ConfigurationError, match="needs a psycopg 3 connection"):
+        with app.transaction(object()):
+            pass
+
+
+# -- real processes ------------------------------------------------------------------------
+def _env(tmp_path: Path, broker: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(TESTS / "outbox_support") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OUTBOX_TEST_BROKER": broker,
+        "OUTBOX_TEST_JOURNAL": str(tmp_path / "journal"),
+        "ACKWISE_PLUGINS": "outbox_faults",
+    }
+
+
+def _relay(tmp_path: Path, database: str, broker: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ackwise", "relay", "outbox_app:app", "--database", database],
+        env=_env(tmp_path, broker),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _enqueue(database: str, app: App, values: list[str]) -> None:
+    with psycopg.connect(database) as conn, conn.transaction(), app.transaction(conn):
+        for v in values:
+            app.send("outbox.record", [v])
+
+
+def _run_worker_until(tmp_path: Path, broker: str, expected: int) -> list[str]:
+    journal = tmp_path / "journal"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ackwise", "worker", "outbox_app:app", "--pool", "threads"],
+        env=_env(tmp_path, broker),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        eventually(
+            lambda: journal.exists() and len(journal.read_text().split()) >= expected,
+            30.0,
+            description=f"{expected} runs",
+        )
+        time.sleep(1.0)  # a duplicate would run now
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(30)
+    return journal.read_text().split()
+
+
+@pytest.mark.slow
+def test_a_relay_killed_between_publish_and_delete_costs_one_effect(
+    tmp_path: Path, database: str
+) -> None:
+    broker = f"sqlite:///{tmp_path / 'broker.db'}"
+    app = App("outbox", broker=broker)
+    app.task(name="outbox.record")(lambda value: None)
+    values = [f"v{i}" for i in range(20)]
+    _enqueue(database, app, values)
+    stalled = _relay(tmp_path, database, "stall-after-publish-" + broker)
+    marker = tmp_path / "journal.published"
+    try:
+        eventually(marker.exists, 30.0, description="the stalling relay to publish")
+    finally:
+        stalled.kill()  # published, not deleted: the rows come back to the next relay
+        stalled.wait(10)
+    assert _outbox_rows(database) == 20
+    second = _relay(tmp_path, database, broker)
+    try:
+        eventually(lambda: _outbox_rows(database) == 0, 30.0, description="the relay")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(30) == 0
+    stats = app.adapter()
+    stats.open()
+    assert stats.stats("default").ready == 40  # every message published twice
+    stats.close()
+    ran = _run_worker_until(tmp_path, broker, 20)
+    assert sorted(ran) == sorted(values)  # one effect each: the key caught the second copies
+    app.close()
+
+
+@pytest.mark.slow
+def test_two_relays_publish_each_row_once(tmp_path: Path, database: str) -> None:
+    broker = f"sqlite:///{tmp_path / 'broker.db'}"
+    app = App("outbox", broker=broker)
+    app.task(name="outbox.record")(lambda value: None)
+    relays = [_relay(tmp_path, database, broker) for _ in range(2)]
+    values = [f"v{i}" for i in range(300)]
+    try:
+        for i in range(0, 300, 10):  # committed one after another while both relays run
+            _enqueue(database, app, values[i : i + 10])
+        eventually(lambda: _outbox_rows(database) == 0, 30.0, description="the relays")
+    finally:
+        for r in relays:
+            r.send_signal(signal.SIGTERM)
+        for r in relays:
+            assert r.wait(30) == 0
+    stats = app.adapter()
+    stats.open()
+    assert stats.stats("default").ready == 300  # SKIP LOCKED: no row went out twice
+    stats.close()
+    app.close()
