@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -26,3 +27,22 @@ def plugins_serving() -> Callable[[str, str], ackwise.Plugins]:
         return plugins
 
     return make
+
+
+#: The shared PostgreSQL server's test database (trust auth on loopback).
+PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture
+def pg_schema_url() -> Iterator[str]:
+    """``PG_URL`` seen through a new, empty schema of this test's own (dropped after it)."""
+    psycopg = pytest.importorskip("psycopg")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(PG_URL, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL at {PG_URL}: {exc}")
+    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,22 +24,13 @@ from ackwise_conformance.helpers import eventually
 
 psycopg = pytest.importorskip("psycopg")
 
-PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 TESTS = Path(__file__).parent
 
 
 @pytest.fixture
-def database() -> Iterator[str]:
-    """The caller's database: a new schema of the shared server's ``test`` database."""
-    schema = f"outbox_{uuid.uuid4().hex[:12]}"
-    try:
-        with psycopg.connect(PG_URL, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f"CREATE SCHEMA {schema}")
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at {PG_URL}: {exc}")
-    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+def database(pg_schema_url: str) -> str:
+    """The caller's database: a schema of this test's own."""
+    return pg_schema_url
 
 
 @pytest.fixture

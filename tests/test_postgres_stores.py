@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -12,21 +10,11 @@ from ackwise import open_idempotency_store, open_result_store
 
 psycopg = pytest.importorskip("psycopg")
 
-PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
 
 @pytest.fixture
-def fresh_schema_url() -> Iterator[str]:
-    """The shared server's test database, seen through a new, empty schema."""
-    schema = f"stores_{uuid.uuid4().hex[:12]}"
-    try:
-        with psycopg.connect(PG_URL, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f"CREATE SCHEMA {schema}")
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at {PG_URL}: {exc}")
-    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+def fresh_schema_url(pg_schema_url: str) -> str:
+    """The caller's database: a schema of this test's own."""
+    return pg_schema_url
 
 
 @pytest.mark.parametrize("kind", ["results", "idempotency"])
