@@ -375,3 +375,51 @@ def test_a_failed_task_is_held_until_its_retry_is_published(plugins_serving, mod
     assert len(calls) == 2
     assert _HeldWatchingMemory.held_at_publish == [1]
     app.close()
+
+
+class _AnswersLate(MemoryAdapter):
+    """The memory broker, but the first receive that gets messages answers after their lease
+    has run out, and by then another consumer has taken them (a slow or stalled broker
+    round trip under load)."""
+
+    late = 1
+    taken_elsewhere: ClassVar[list[int]] = []
+
+    def receive(self, queue, *, max_messages, wait, lease):
+        got = super().receive(queue, max_messages=max_messages, wait=wait, lease=lease)
+        if got and type(self).late:
+            type(self).late -= 1
+            time.sleep(lease * 1.5)
+            other = MemoryAdapter(self.url)
+            other.open()
+            again = other.receive(queue, max_messages=10, wait=0.0, lease=60.0)
+            type(self).taken_elsewhere.extend(d.attempt for d in again)
+            other.ack(again)
+        return got
+
+
+def test_a_delivery_whose_lease_ran_out_before_it_started_is_not_started(plugins_serving):
+    # Defect (SQS C26 under load): a receive answered after the lease of what it brought had
+    # run out, the worker started those deliveries anyway, and a second worker that had been
+    # given the same message ran it too.
+    plugins = plugins_serving("answerslate", f"{__name__}:_AnswersLate")
+    _AnswersLate.late, _AnswersLate.taken_elsewhere = 1, []
+    app = App("late", broker=f"answerslate://{uuid.uuid4().hex[:8]}", plugins=plugins)
+    ran = []
+
+    @app.task(name="t", ack=Ack.LATE)
+    def t(n):
+        ran.append(n)
+
+    t.delay(1)
+    with run_worker(app, lease=0.4) as w:
+        deadline = time.monotonic() + 10
+        while not _AnswersLate.taken_elsewhere and time.monotonic() < deadline:
+            time.sleep(0.05)
+        report = w.join(timeout=10)
+    assert _AnswersLate.taken_elsewhere == [2]  # the other consumer had it (and ran it)
+    assert ran == []  # ... so this worker, whose lease ran out, did not run it too
+    stale = report.of("stale")
+    assert [e.info.get("operation") for e in stale] == ["start"], [e.info for e in stale]
+    assert w.worker.counters.stale == 1
+    app.close()

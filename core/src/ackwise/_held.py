@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,10 @@ class Held:
     job_id: int
     started: float = 0.0
     lease_lost: bool = False
+    #: ``time.monotonic()`` by which the lease has surely run out unless renewed: counted from
+    #: before the receive (or the last renewal) that gave it; ``inf`` where the broker holds
+    #: it while the connection lives.
+    lease_until: float = math.inf
     #: Acked before it started (``Ack.EARLY``): the broker has forgotten it, so it has no
     #: lease to renew and its receipt settles nothing.
     acked: bool = False

@@ -65,6 +65,8 @@ _WORDS: dict[type[TaskEvent], str] = {Stale: "stale receipt"}
 _STALE_WHY = {
     "early ack": "its lease had expired (it may run again elsewhere), or an earlier try whose "
     "answer was lost went through; not run here (at most once)",
+    "start": "its lease ran out before it could start (the worker was blocked or the broker "
+    "answered late); not run here, the broker gives it again",
 }
 _STALE_DEFAULT = "its lease had expired and it may run again elsewhere; nothing was changed"
 

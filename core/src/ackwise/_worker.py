@@ -35,6 +35,7 @@ from ackwise._events import (
     LeasesRenewed,
     Listener,
     Reconnected,
+    Stale,
     Started,
     Succeeded,
 )
@@ -128,6 +129,11 @@ class Worker:
         self._queue_cycle = itertools.cycle(self.config.queues)
         #: Holds rate-limited tasks back until their slot (docs/rate-limits.md).
         self.pacer = Pacer(app)
+        #: Leases run out at a time (not held by the connection): a delivery whose lease ran
+        #: out before it could start is not started (:meth:`_lease_ran_out`).
+        self._timed_leases = (
+            app.adapter_class.capabilities.lease_extension is not LeaseExtension.CONNECTION
+        )
 
     # -- control ---------------------------------------------------------------------------
     def request_stop(self, cold: bool = False) -> None:
@@ -276,6 +282,14 @@ class Worker:
                     return 0
                 # 3. renew leases of everything held
                 if now >= next_renewal:
+                    if now - next_renewal > renew_every:
+                        log.warning(
+                            "worker %s: leases renewed %.1fs late (lease %.1fs): the loop was "
+                            "blocked, and a delivery whose lease ran out may run elsewhere",
+                            self.worker_id,
+                            now - next_renewal,
+                            cfg.lease,
+                        )
                     self._renew()
                     next_renewal = now + renew_every
                 # 4. start buffered tasks on free slots
@@ -379,6 +393,8 @@ class Worker:
         per_queue_wait = wait / max(1, len(cfg.queues))
         for _ in range(len(cfg.queues)):
             q = next(self._queue_cycle)
+            # The broker's lease began after this: counted from here it cannot end later.
+            lease_until = time.monotonic() + cfg.lease if self._timed_leases else math.inf
             deliveries = self.adapter.receive(
                 q, max_messages=room - total, wait=per_queue_wait, lease=cfg.lease
             )
@@ -387,6 +403,7 @@ class Worker:
             for d in deliveries:
                 held = self.intake.accept(d)
                 if held is not None:
+                    held.lease_until = lease_until
                     self._buffer.append(held)
             total += len(deliveries)
             if total >= room:
@@ -401,11 +418,13 @@ class Worker:
         waiting: list[Held] = []  # rate-limited, their slot not come yet: stay buffered
         claiming: Held | None = None
         pacer = self.pacer if self.pacer.active else None
-        mono = time.monotonic() if pacer is not None else 0.0
+        mono = time.monotonic()
         try:
             while self._buffer and len(batch) < free:
                 claiming = self._buffer.popleft()
-                if pacer is not None and not pacer.may_start(claiming, mono):
+                if claiming.lease_until <= mono:
+                    self._lease_ran_out(claiming)
+                elif pacer is not None and not pacer.may_start(claiming, mono):
                     waiting.append(claiming)
                 elif claiming.idem_key is not None or self.claims.admit(claiming, self.settler):
                     batch.append(claiming)
@@ -455,6 +474,17 @@ class Worker:
         ]
         if records:
             self.settler.results.put(records)
+
+    def _lease_ran_out(self, h: Held) -> None:
+        """Not started: its lease ran out while it waited (a receive that answered late, a
+        blocked loop).  The broker may have given it to another worker already; running it
+        here too would be a second execution nobody asked for.  Nothing is sent: the broker
+        gives it again."""
+        h.lease_lost = True
+        self.claims.done(h, completed=False)
+        d = h.delivery
+        self.counters.stale += 1
+        self.events.emit(Stale(h.task.name, d.message_id, d.queue, d.attempt, operation="start"))
 
     def _return_buffer(self) -> None:
         """Graceful stop: give every prefetched, unstarted message back at once."""
@@ -550,19 +580,24 @@ class Worker:
         held += [h.delivery for h in self._running.values() if not (h.lease_lost or h.acked)]
         if not held or self.adapter.capabilities.lease_extension is not LeaseExtension.PER_MESSAGE:
             return
+        lease_until = time.monotonic() + self.config.lease
+        lost: set[int] = set()
         try:
             self.adapter.extend(held, lease=self.config.lease)
         except StaleReceipt as exc:
             self.events.emit(LeasesRenewed(len(held) - len(exc.deliveries), len(exc.deliveries)))
             lost = {id(d) for d in exc.deliveries}
-            for h in [*self._buffer, *self._running.values()]:
-                if id(h.delivery) in lost:
-                    h.lease_lost = True
             self.settler.report_stale(exc, "extend")
-            # Buffered deliveries whose lease moved on belong to another worker now.
-            self._buffer = collections.deque(h for h in self._buffer if not h.lease_lost)
         else:
             self.events.emit(LeasesRenewed(len(held), 0))
+        for h in [*self._buffer, *self._running.values()]:
+            if id(h.delivery) in lost:
+                h.lease_lost = True
+            else:
+                h.lease_until = lease_until
+        if lost:
+            # Buffered deliveries whose lease moved on belong to another worker now.
+            self._buffer = collections.deque(h for h in self._buffer if not h.lease_lost)
         self.counters.extended += len(held)
 
     # -- stopping --------------------------------------------------------------------------
