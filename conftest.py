@@ -1,0 +1,39 @@
+"""How ``scripts/test`` shares the suite between its pytest processes (pytest-xdist).
+
+Every file goes to one process as a whole (``--dist loadfile``), and the crash suites go to
+one process together, one after another.  Each crash class runs its cases as one batch, eight
+at once, with two or more worker processes each: a batch uses both CPUs by itself.  Two
+batches at once (SQS beside RabbitMQ) took 2.5 times as long as each alone, and their
+workers, blocked longer than a lease of two seconds, lost leases in scenarios that count
+duplicates (SQS C01 and C26 failed on CI).  One after another, beside the other process's
+unit tests, they keep their timing and the run is shorter.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+
+#: Files that run crash batches (real worker processes, signals, leases of seconds).
+CRASH_SCOPE = "crash suites"
+
+
+def is_crash_suite(path: str) -> bool:
+    name = PurePosixPath(path).name
+    return "crash" in name or name == "test_selftest.py"
+
+
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    from xdist.scheduler import LoadFileScheduling
+
+    class CrashSuitesTogether(LoadFileScheduling):
+        """``--dist loadfile``, but the crash suites are one unit of work.  Units are handed
+        out largest first, so that one starts first and the other process takes the rest."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return CRASH_SCOPE if is_crash_suite(path) else path
+
+    if config.getvalue("dist") != "loadfile":
+        return None  # another --dist asked for: xdist's own scheduler
+    return CrashSuitesTogether(config, log)
