@@ -33,16 +33,28 @@ def plugins_serving() -> Callable[[str, str], ackwise.Plugins]:
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
-@pytest.fixture
-def pg_schema_url() -> Iterator[str]:
-    """``PG_URL`` seen through a new, empty schema of this test's own (dropped after it)."""
+def _pg_schema(prefix: str) -> Iterator[tuple[str, str]]:
+    """A new, empty schema on the shared PostgreSQL: ``(url seeing it first, schema)``."""
     psycopg = pytest.importorskip("psycopg")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
     try:
         with psycopg.connect(PG_URL, autocommit=True, connect_timeout=3) as conn:
             conn.execute(f"CREATE SCHEMA {schema}")
     except psycopg.OperationalError as exc:
         pytest.skip(f"no PostgreSQL at {PG_URL}: {exc}")
-    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    yield f"{PG_URL}?options=-csearch_path%3D{schema}", schema
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def pg_schema_url() -> Iterator[str]:
+    """``PG_URL`` seen through a new, empty schema of this test's own (dropped after it)."""
+    for url, _ in _pg_schema("t"):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def pg_module_schema() -> Iterator[tuple[str, str]]:
+    """A schema of this test module's own: ``(url seeing it first, schema name)``."""
+    yield from _pg_schema("m")

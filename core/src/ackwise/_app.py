@@ -307,7 +307,9 @@ class App:
         """Send the calls made inside the block in ``conn``'s database transaction: enqueued
         if and only if it commits (docs/outbox.md).
 
-        ``conn``: a psycopg 3 connection to PostgreSQL.  On a PostgreSQL broker in that database the
+        ``conn``: a psycopg 3 connection, a SQLAlchemy ``Session`` or ``Connection``
+        (``postgresql+psycopg://``) or a Django connection, to PostgreSQL, with a transaction
+        open (or opened by its first statement).  On a PostgreSQL broker in that database the
         messages are written as the broker's own rows; on any other broker they go to the
         ``ackwise_outbox`` table there, and ``ackwise relay`` publishes them.  The block does
         not commit: the caller's own transaction handling does.

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ackwise import _outbox
+from ackwise._dbconn import executor_for
 from ackwise._postgres import SCHEMA_LOCK
 from ackwise._spi import Execute, Outgoing
-from ackwise.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from ackwise._app import App
 
-__all__ = ["Enlisted", "current", "enlist", "executor_for"]
+__all__ = ["Enlisted", "current", "enlist"]
 
 
 @dataclass
@@ -73,18 +73,3 @@ def enlist(app: App, conn: Any) -> Iterator[Enlisted]:
         yield enlisted
     finally:
         _current.reset(token)
-
-
-def executor_for(conn: Any) -> Execute:
-    """A statement runner on ``conn``, a psycopg 3 connection."""
-    if type(conn).__module__.startswith("psycopg") and callable(getattr(conn, "execute", None)):
-
-        def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-            cur = conn.execute(sql, params)
-            return list(cur.fetchall()) if cur.description is not None else []
-
-        return run
-    raise ConfigurationError(
-        "app.transaction() needs a psycopg 3 connection to PostgreSQL (SQLAlchemy and Django "
-        f"connections are not supported yet), got {type(conn).__module__}.{type(conn).__name__}"
-    )

@@ -1,0 +1,2 @@
+"""Integrations with web frameworks and database libraries (each imports its library only
+when used): :mod:`ackwise.contrib.django`, :mod:`ackwise.contrib.sqlalchemy`."""
