@@ -2,7 +2,8 @@
 
 ``stall-after-publish-sqlite://`` is the real SQLite broker whose ``publish`` writes
 ``<OUTBOX_TEST_JOURNAL>.published`` and then stalls: a relay is killed there, between its
-publish and its delete.
+publish and its delete.  ``slow-publish-sqlite://`` writes the same file after each publish
+and then pauses 0.3 s: a relay is slow enough for its database to restart under it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,18 @@ class StallAfterPublish(SQLiteAdapter):
         time.sleep(3600)
 
 
+class SlowPublish(SQLiteAdapter):
+    def __init__(self, url: BrokerURL) -> None:
+        super().__init__(BrokerURL.parse(url.raw.replace("slow-publish-", "", 1)))
+
+    def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        super().publish(queue, messages)
+        with open(os.environ["OUTBOX_TEST_JOURNAL"] + ".published", "a") as marker:
+            marker.write(f"{len(messages)}\n")
+        time.sleep(0.3)
+
+
 @hookimpl
 def ackwise_register_adapters(registry: AdapterRegistry) -> None:
     registry.add("stall-after-publish-sqlite", f"{__name__}:StallAfterPublish")
+    registry.add("slow-publish-sqlite", f"{__name__}:SlowPublish")
