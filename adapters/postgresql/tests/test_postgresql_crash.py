@@ -7,23 +7,12 @@ suite-owned, durable cluster (C19).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from ackwise_conformance.brokers import BrokerHandle
 from ackwise_conformance.crash import CrashConformance
 
-# Not yet in the README test command: with it, the whole run took 20 min (budget 15) and the
-# extra load made SQS C26 and a Redis rate-limit test fail; to be rebalanced (issue 17).
-# ACKWISE_TEST_POSTGRESQL_CONFORMANCE=1 runs it (green alone: C01-C28, every mode).
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("ACKWISE_TEST_POSTGRESQL_CONFORMANCE") != "1",
-        reason="level 2 on PostgreSQL runs with ACKWISE_TEST_POSTGRESQL_CONFORMANCE=1",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 
 class TestPostgreSQLCrashConformance(CrashConformance):
