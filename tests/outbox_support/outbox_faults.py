@@ -16,26 +16,30 @@ from ackwise import AdapterRegistry, BrokerURL, Outgoing, hookimpl
 from ackwise._sqlite import SQLiteAdapter
 
 
-class StallAfterPublish(SQLiteAdapter):
+class _JournaledPublish(SQLiteAdapter):
+    """The SQLite broker of ``<prefix>sqlite://``: each publish is noted, then paused."""
+
+    prefix = ""
+    pause = 0.0
+
     def __init__(self, url: BrokerURL) -> None:
-        super().__init__(BrokerURL.parse(url.raw.replace("stall-after-publish-", "", 1)))
+        super().__init__(BrokerURL.parse(url.raw.replace(self.prefix, "", 1)))
 
     def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
         super().publish(queue, messages)
         with open(os.environ["OUTBOX_TEST_JOURNAL"] + ".published", "a") as marker:
             marker.write(f"{len(messages)}\n")
-        time.sleep(3600)
+        time.sleep(self.pause)
 
 
-class SlowPublish(SQLiteAdapter):
-    def __init__(self, url: BrokerURL) -> None:
-        super().__init__(BrokerURL.parse(url.raw.replace("slow-publish-", "", 1)))
+class StallAfterPublish(_JournaledPublish):
+    prefix = "stall-after-publish-"
+    pause = 3600.0
 
-    def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
-        super().publish(queue, messages)
-        with open(os.environ["OUTBOX_TEST_JOURNAL"] + ".published", "a") as marker:
-            marker.write(f"{len(messages)}\n")
-        time.sleep(0.3)
+
+class SlowPublish(_JournaledPublish):
+    prefix = "slow-publish-"
+    pause = 0.3
 
 
 @hookimpl
