@@ -12,7 +12,9 @@ def test_every_core_module_stands_in_a_layer() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     (layers,) = [c["layers"] for c in config["contracts"] if c["type"] == "layers"]
     layered = {m.strip() for layer in layers for m in layer.split("|")}
-    modules = {p.stem for p in (ROOT / "core/src/ackwise").glob("*.py")} - {"__init__"}
+    core = ROOT / "core/src/ackwise"
+    modules = {p.stem for p in core.glob("*.py")} - {"__init__"}
+    modules |= {p.parent.name for p in core.glob("*/__init__.py")}  # packages: contrib
     assert modules - layered == set(), "core modules in no layer of pyproject.toml"
     assert layered - modules == set(), "layers name modules that do not exist"
 
