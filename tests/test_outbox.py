@@ -127,9 +127,12 @@ def _env(tmp_path: Path, broker: str) -> dict[str, str]:
     }
 
 
-def _relay(tmp_path: Path, database: str, broker: str) -> subprocess.Popen[bytes]:
+def _relay(tmp_path: Path, database: str, broker: str, *options: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "ackwise", "relay", "outbox_app:app", "--database", database],
+        [
+            *(sys.executable, "-m", "ackwise", "relay", "outbox_app:app"),
+            *("--database", database, *options),
+        ],
         env=_env(tmp_path, broker),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -192,6 +195,50 @@ def test_a_relay_killed_between_publish_and_delete_costs_one_effect(
     stats.close()
     ran = _run_worker_until(tmp_path, broker, 20)
     assert sorted(ran) == sorted(values)  # one effect each: the key caught the second copies
+    app.close()
+
+
+@pytest.mark.slow
+def test_a_commit_wakes_an_idle_relay_and_a_row_without_its_wake_up_waits_one_interval(
+    tmp_path: Path, database: str
+) -> None:
+    broker = f"sqlite:///{tmp_path / 'broker.db'}"
+    app = App("outbox", broker=broker)
+    app.task(name="outbox.record")(lambda value: None)
+    _enqueue(database, app, ["first"])  # creates the table; the relay takes it on start
+    relay = _relay(tmp_path, database, broker, "--interval", "30")
+    try:
+        eventually(lambda: _outbox_rows(database) == 0, 30.0, description="the relay to start")
+        time.sleep(0.5)  # idle now, waiting for a wake-up or its 30 s interval
+        _enqueue(database, app, ["woken"])
+        # Far inside the 30 s interval: the commit's NOTIFY woke it.
+        eventually(lambda: _outbox_rows(database) == 0, 10.0, description="the wake-up")
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        assert relay.wait(30) == 0
+    # A row whose NOTIFY was lost (put back by hand here, without one) goes out on the
+    # relay's next look, within --interval.
+    _enqueue(database, app, ["unannounced"])
+    with psycopg.connect(database) as conn:
+        row = conn.execute(
+            "DELETE FROM ackwise_outbox RETURNING queue, message_id, body"
+        ).fetchone()
+    relay = _relay(tmp_path, database, broker, "--interval", "1")
+    try:
+        _enqueue(database, app, ["ping"])
+        eventually(lambda: _outbox_rows(database) == 0, 30.0, description="the relay to start")
+        with psycopg.connect(database) as conn:
+            conn.execute(
+                "INSERT INTO ackwise_outbox (queue, message_id, body) VALUES (%s, %s, %s)", row
+            )
+        eventually(lambda: _outbox_rows(database) == 0, 10.0, description="the next look")
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        assert relay.wait(30) == 0
+    stats = app.adapter()
+    stats.open()
+    assert stats.stats("default").ready == 4
+    stats.close()
     app.close()
 
 

@@ -27,6 +27,9 @@ __all__ = ["Relay", "add_parser"]
 
 log = logging.getLogger("ackwise.relay")
 
+#: Longest a stopping relay waits in an idle wait before it sees the stop.
+STOP_CHECK = 0.25
+
 
 class Relay:
     """Moves the outbox of the PostgreSQL database at ``url`` to ``app``'s broker."""
@@ -73,8 +76,18 @@ class Relay:
                 for _ in conn.notifies(timeout=0):  # what came meanwhile: this round sees it
                     pass
                 if self.round(conn) < self.batch:
-                    for _ in conn.notifies(timeout=self.interval, stop_after=1):
-                        break
+                    self._idle(conn)
+
+    def _idle(self, conn: Any) -> None:
+        """Wait for an enqueue's wake-up, ``interval`` seconds, or a stop (seen within
+        :data:`STOP_CHECK`: a wait for notifications does not end on a signal)."""
+        deadline = time.monotonic() + self.interval
+        while not self.stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for _ in conn.notifies(timeout=min(left, STOP_CHECK), stop_after=1):
+                return
 
     def round(self, conn: Any) -> int:
         """Publish and delete one batch of the oldest unclaimed rows; how many it moved."""
