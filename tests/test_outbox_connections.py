@@ -4,6 +4,7 @@ refusals of connections that cannot carry it, and ``ackwise.contrib.sqlalchemy``
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,8 +99,12 @@ def test_a_sqlalchemy_connection_enqueues_with_its_commit_only(
             "isolation_level AUTOCOMMIT",
         ),
         (lambda url: psycopg.connect(url, autocommit=True), "autocommit mode with no transaction"),
+        (
+            lambda url: asyncio.run(psycopg.AsyncConnection.connect(url)),
+            "got a psycopg AsyncConnection",
+        ),
     ],
-    ids=["not-a-connection", "sqlite", "sqlalchemy-autocommit", "psycopg-autocommit"],
+    ids=["not-a-connection", "sqlite", "sqlalchemy-autocommit", "psycopg-autocommit", "async"],
 )
 def test_a_connection_that_cannot_carry_the_send_is_refused(
     app: App, pg_schema_url: str, make: object, message: str
@@ -110,8 +115,8 @@ def test_a_connection_that_cannot_carry_the_send_is_refused(
             pytest.fail("the block ran")
     finally:
         close = getattr(conn, "close", None)
-        if close is not None:
-            close()
+        if close is not None and asyncio.iscoroutine(closing := close()):
+            asyncio.run(closing)
 
 
 def test_psycopg_autocommit_inside_an_explicit_transaction_is_taken(

@@ -43,6 +43,11 @@ def executor_for(conn: Any) -> Execute:
 
 
 def _psycopg(conn: Any) -> Execute:
+    if type(conn).__name__ == "AsyncConnection":
+        raise ConfigurationError(
+            "app.transaction() got a psycopg AsyncConnection; it takes a synchronous "
+            "psycopg.Connection (sends are synchronous calls)"
+        )
     if not callable(getattr(conn, "execute", None)):
         raise ConfigurationError(
             f"app.transaction() got {type(conn).__name__} from psycopg; expected {_EXPECTED}"
