@@ -337,3 +337,20 @@ def test_join_counts_each_chord_member_once(store_url):
         store.forget([chord_id])
     finally:
         store.close()
+
+
+def test_a_handle_on_an_unknown_task_ends_dead_when_the_worker_gives_it_up(broker):
+    # Defect: a message for a task no worker knows was dead-lettered with no result record,
+    # so a handle on it waited until its timeout.
+    app = App("unknown", broker=broker, store_results=True)
+
+    @app.task(name="known")
+    def known() -> None: ...
+
+    handle = app.send("no.such.task")
+    with run_worker(app) as w:  # offered 3 times at once (unknown_task_delay=0), then dead
+        w.join()
+    with pytest.raises(TaskFailed, match=r"no task named 'no\.such\.task'"):
+        handle.get(timeout=5)
+    assert handle.state is ResultState.DEAD
+    app.close()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ackwise import _envelope
 from ackwise._events import Received
 from ackwise._held import Held
-from ackwise._semantics import NackMessage, Outcome, settle
+from ackwise._semantics import DeadLetterMessage, NackMessage, Outcome, settle
 from ackwise._settlement import Settler
 from ackwise._spi import Delivery
 from ackwise.errors import AdapterError, EnvelopeError, UnknownEnvelopeVersion
@@ -83,6 +83,8 @@ class Intake:
                 )
             else:
                 detail += f" ({d.attempt} deliveries)"
+                if isinstance(decision, DeadLetterMessage):
+                    self.settler.record_dead(d, env.task, "unknown_task", detail)
             self.settler.carry_out(decision, d, env.task, env, label="unknown_task", error=detail)
             return None
         held = Held(d, task, env, next(self._job_ids))

@@ -288,6 +288,24 @@ class Settler:
         )
         self.carry_out(decision, d, None, env, label=reason, error=detail)
 
+    def record_dead(self, d: Delivery, task: str, reason: str, detail: str) -> None:
+        """Write the dead record of a message dead-lettered before it became a task (an
+        unknown task), where results are stored: a handle on it ends now, not at its timeout."""
+        if self.results is not None:
+            self.results.put(
+                [
+                    TaskResult(
+                        id=d.message_id,
+                        state=ResultState.DEAD.value,
+                        task=task,
+                        attempt=d.attempt,
+                        at=time.time(),
+                        error=detail,
+                        reason=reason,
+                    )
+                ]
+            )
+
     def ack_before_start(self, deliveries: Sequence[Delivery]) -> set[int]:
         """Early-ack ``deliveries`` (at most once); return the ids of the stale ones."""
         if not deliveries:
