@@ -16,8 +16,10 @@ from ackwise._plugins import (
     open_lock,
     open_rate_limiter,
     open_result_store,
+    open_worker_registry,
 )
 from ackwise._plugins import open_store as open_idempotency_store
+from ackwise._presence import WorkerInfo, WorkerRegistry
 from ackwise._ratelimit import RateLimiter
 from ackwise._registries import AdapterRegistry, LockRegistry
 from ackwise._results import ResultState, ResultStore, TaskResult
@@ -114,6 +116,8 @@ __all__ = [
     "TaskResult",
     "Worker",
     "WorkerConfig",
+    "WorkerInfo",
+    "WorkerRegistry",
     "__version__",
     "chain",
     "chord",
@@ -127,6 +131,7 @@ __all__ = [
     "open_lock",
     "open_rate_limiter",
     "open_result_store",
+    "open_worker_registry",
     "redact_url",
     "settle",
 ]

@@ -42,6 +42,9 @@ class App:
         ``postgresql://…``, ``redis://…``); default: the broker's own where it has one.
     :param rate_limit_store: URL of the store of rate limits (``sqlite:///…``,
         ``redis://…``); default: the broker's own where it has one (docs/rate-limits.md).
+    :param worker_registry: URL of the store where workers announce themselves
+        (``sqlite:///…``, ``redis://…``, ``postgresql://…``); default: the broker's own where
+        it has one (docs/workers.md).
     """
 
     def __init__(
@@ -56,6 +59,7 @@ class App:
         store_results: bool = False,
         result_ttl: float = RESULT_TTL,
         rate_limit_store: str | None = None,
+        worker_registry: str | None = None,
     ) -> None:
         self.name = name
         self.broker_url = broker or os.environ.get("ACKWISE_BROKER_URL") or DEFAULT_BROKER
@@ -66,25 +70,16 @@ class App:
         self._broker = parsed
         #: Where idempotency keys live: the given URL, else the broker's own store if its
         #: adapter provides one (SQLite: the same file; memory: in-process).
-        self.idempotency_store_url: str | None = idempotency_store or (
-            self.broker_url
-            if self.plugins.adapters.idempotency_store(parsed.scheme) is not None
-            else None
-        )
+        self.idempotency_store_url = self._own("idempotency", idempotency_store)
         #: Where task results live: the given URL, else the broker's own store if its adapter
         #: provides one (SQLite: the same file; memory: in-process; Redis: the same server).
-        self.result_store_url: str | None = result_store or (
-            self.broker_url
-            if self.plugins.adapters.result_store(parsed.scheme) is not None
-            else None
-        )
+        self.result_store_url = self._own("result", result_store)
         #: Where rate-limited tasks reserve their starts: the given URL, else the broker's own
         #: limiter if its adapter provides one (memory, SQLite, Redis).
-        self.rate_limit_store_url: str | None = rate_limit_store or (
-            self.broker_url
-            if self.plugins.adapters.rate_limiter(parsed.scheme) is not None
-            else None
-        )
+        self.rate_limit_store_url = self._own("rate limit", rate_limit_store)
+        #: Where workers announce themselves (``ackwise workers``): the given URL, else the
+        #: broker's own registry if its adapter provides one (memory, SQLite, Redis, PostgreSQL).
+        self.worker_registry_url = self._own("worker registry", worker_registry)
         if not (isinstance(result_ttl, int | float) and result_ttl > 0):
             raise ConfigurationError(
                 f"result_ttl must be a number of seconds > 0, got {result_ttl!r}"
@@ -102,6 +97,13 @@ class App:
 
     def __repr__(self) -> str:
         return f"<App {self.name} broker={self._broker}>"
+
+    def _own(self, kind: str, given: str | None) -> str | None:
+        """``given``, else the broker's URL where its adapter's plugin has a ``kind`` store."""
+        if given:
+            return given
+        own = self.plugins.adapters.store_class(kind, self._broker.scheme)
+        return self.broker_url if own is not None else None
 
     # -- tasks -----------------------------------------------------------------------------
     @overload

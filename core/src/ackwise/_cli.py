@@ -136,10 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     from ackwise._beat import add_parser as add_beat
     from ackwise._dlq import add_parser as add_dlq
     from ackwise._relay import add_parser as add_relay
+    from ackwise._workers_cli import add_parser as add_workers
 
     add_beat(sub)
     add_dlq(sub)
     add_relay(sub)
+    add_workers(sub)
     get_plugins().add_commands(sub)
     return parser
 

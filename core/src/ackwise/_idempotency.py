@@ -19,17 +19,11 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ackwise._postgres import create_tables
+from ackwise._postgres import PgStoreLink
 from ackwise._spi import BrokerURL
 from ackwise._sqlite_file import SQLiteStore
-from ackwise.errors import (
-    BrokerUnavailable,
-    ConfigurationError,
-    PermanentAdapterError,
-    TransientAdapterError,
-)
 
 __all__ = [
     "ClaimResult",
@@ -245,33 +239,16 @@ class PostgresIdempotencyStore(IdempotencyStore):
 
     scheme = "postgresql"
 
+    def __init__(self, url: BrokerURL, *, done_ttl: float = DONE_TTL) -> None:
+        super().__init__(url, done_ttl=done_ttl)
+        self._link = PgStoreLink(url, "idempotency store", [_PG_SCHEMA])
+        self._exec = self._link.execute
+
     def open(self) -> None:
-        try:
-            import psycopg
-        except ImportError as exc:
-            raise ConfigurationError(
-                "the PostgreSQL idempotency store needs psycopg: pip install 'psycopg[binary]'"
-            ) from exc
-        self._psycopg: Any = psycopg
-        try:
-            self._conn: Any = psycopg.connect(self.url.raw, autocommit=True)
-            create_tables(self._conn, [_PG_SCHEMA])
-        except psycopg.Error as exc:
-            raise BrokerUnavailable(f"idempotency store {self.url}: {exc}") from exc
+        self._link.open()
 
     def close(self) -> None:
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
-            conn.close()
-            self._conn = None
-
-    def _exec(self, sql: str, params: Sequence[Any]) -> Any:
-        try:
-            return self._conn.execute(sql, params)
-        except self._psycopg.OperationalError as exc:
-            raise TransientAdapterError(f"idempotency store {self.url}: {exc}") from exc
-        except self._psycopg.Error as exc:
-            raise PermanentAdapterError(f"idempotency store {self.url}: {exc}") from exc
+        self._link.close()
 
     def claim(self, key: str, holder: str, lease: float) -> ClaimResult:
         now = time.time()

@@ -35,6 +35,7 @@ from ackwise.errors import ConfigurationError
 if TYPE_CHECKING:
     from ackwise._idempotency import IdempotencyStore
     from ackwise._locks import LeaderLock
+    from ackwise._presence import WorkerRegistry
     from ackwise._ratelimit import RateLimiter
     from ackwise._results import ResultStore
     from ackwise._spi import Adapter
@@ -214,6 +215,16 @@ def open_rate_limiter(url: str, plugins: Plugins | None = None) -> RateLimiter:
     limiter: RateLimiter = cls(BrokerURL.parse(url))
     limiter.open()
     return limiter
+
+
+def open_worker_registry(url: str, plugins: Plugins | None = None) -> WorkerRegistry:
+    """Build and open the worker registry for ``url`` (schemes come from plugins)."""
+    from ackwise._spi import BrokerURL
+
+    cls = _store_class("worker registry", url, plugins, "worker_registry")
+    registry: WorkerRegistry = cls(BrokerURL.parse(url))
+    registry.open()
+    return registry
 
 
 def _store_class(kind: str, url: str, plugins: Plugins | None, setting: str) -> type[Any]:

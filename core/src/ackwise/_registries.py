@@ -160,6 +160,7 @@ class AdapterRegistry(_Registry[AdapterEntry]):
             "idempotency": {},
             "result": {},
             "rate limit": {},
+            "worker registry": {},
         }
 
     def add_idempotency_store(self, scheme: str, import_path: str) -> None:
@@ -192,8 +193,17 @@ class AdapterRegistry(_Registry[AdapterEntry]):
         """The rate limiter class for ``scheme``, or ``None`` when no plugin provides one."""
         return self.store_class("rate limit", scheme)
 
+    def add_worker_registry(self, scheme: str, import_path: str) -> None:
+        """Register an :class:`ackwise.WorkerRegistry` class for ``scheme://`` URLs (lazy)."""
+        self._add_store("worker registry", scheme, import_path)
+
+    def worker_registry(self, scheme: str) -> type[Any] | None:
+        """The worker registry class for ``scheme``, or ``None`` when no plugin provides one."""
+        return self.store_class("worker registry", scheme)
+
     def store_schemes(self, kind: str) -> list[str]:
-        """The schemes with a ``kind`` (``idempotency``, ``result``, ``rate limit``) store."""
+        """The schemes with a ``kind`` (``idempotency``, ``result``, ``rate limit``, ``worker
+        registry``) store."""
         return sorted(self._stores[kind])
 
     def _add_store(self, kind: str, scheme: str, import_path: str) -> None:

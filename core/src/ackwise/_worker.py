@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ackwise._announce import Announcer
 from ackwise._backoff import Backoff
 from ackwise._claims import Claims
 from ackwise._connect import BrokerConnection
@@ -223,11 +224,14 @@ class Worker:
             cfg.lease,
         )
         self._ready.set()
+        announcer = Announcer(self.app, self.worker_id, cfg, self._snapshot)
+        announcer.start()
         status = 0
         try:
             status = self._loop(executor)
         finally:
             self._stopped.set()
+            announcer.stop()
             self.claims.close()
             self.pacer.close()
             try:
@@ -235,6 +239,14 @@ class Worker:
             except AdapterError:  # pragma: no cover - closing a broken connection
                 log.debug("closing the adapter failed", exc_info=True)
         return status
+
+    def _snapshot(self) -> tuple[str, int, WorkerCounters]:
+        """For the worker registry: state, tasks running now, counters."""
+        return (
+            "stopping" if self._stop_requested else "running",
+            len(self._running),
+            self.counters,
+        )
 
     def _pause(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if a stop is requested (its wake-up ends the wait)."""

@@ -23,6 +23,10 @@ def ackwise_register_adapters(registry: AdapterRegistry) -> None:
     registry.add_result_store("postgres", "ackwise._results:PostgresResultStore")
     registry.add_rate_limiter("memory", "ackwise._ratelimit:MemoryRateLimiter")
     registry.add_rate_limiter("sqlite", "ackwise._ratelimit:SQLiteRateLimiter")
+    registry.add_worker_registry("memory", "ackwise._presence:MemoryWorkerRegistry")
+    registry.add_worker_registry("sqlite", "ackwise._presence:SQLiteWorkerRegistry")
+    registry.add_worker_registry("postgresql", "ackwise._presence:PostgresWorkerRegistry")
+    registry.add_worker_registry("postgres", "ackwise._presence:PostgresWorkerRegistry")
 
 
 @hookimpl

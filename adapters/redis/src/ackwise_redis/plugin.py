@@ -1,4 +1,4 @@
-"""Registers the Redis adapter, leader lock, idempotency and result stores and rate limiter: names the classes by import path, imports no driver."""
+"""Registers the Redis adapter, leader lock, idempotency and result stores, rate limiter and worker registry: names the classes by import path, imports no driver."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ _LOCK = "ackwise_redis._lock:RedisLeaderLock"
 _IDEMPOTENCY = "ackwise_redis._idempotency:RedisIdempotencyStore"
 _RESULTS = "ackwise_redis._results:RedisResultStore"
 _RATE = "ackwise_redis._ratelimit:RedisRateLimiter"
+_WORKERS = "ackwise_redis._presence:RedisWorkerRegistry"
 
 
 @hookimpl
@@ -18,6 +19,7 @@ def ackwise_register_adapters(registry: AdapterRegistry) -> None:
         registry.add_idempotency_store(scheme, _IDEMPOTENCY)
         registry.add_result_store(scheme, _RESULTS)
         registry.add_rate_limiter(scheme, _RATE)
+        registry.add_worker_registry(scheme, _WORKERS)
 
 
 @hookimpl

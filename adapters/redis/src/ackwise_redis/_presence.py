@@ -1,0 +1,42 @@
+"""The worker registry in Redis (the default on Redis; docs/workers.md).
+
+One hash ``{<prefix>}:workers``: a field per worker (``host:pid``), its record as JSON.
+Reading it drops the records older than ``FORGET_AFTER``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ackwise import WorkerInfo, WorkerRegistry
+from ackwise_redis._store import RedisStoreBase
+
+__all__ = ["RedisWorkerRegistry"]
+
+#: Records are forgotten this long after their last write (as ackwise's own registries).
+FORGET_AFTER = 3600.0
+
+
+class RedisWorkerRegistry(RedisStoreBase, WorkerRegistry):
+    """A :class:`ackwise.WorkerRegistry` in Redis; see the module documentation."""
+
+    scheme = "redis"
+
+    @property
+    def _key(self) -> str:
+        return f"{{{self.settings.prefix}}}:workers"
+
+    def beat(self, info: WorkerInfo) -> None:
+        with self._mutex, self._link.errors():
+            self._link.command("HSET", self._key, info.id, info.to_json())
+
+    def workers(self) -> list[WorkerInfo]:
+        with self._mutex, self._link.errors():
+            raw = self._link.command("HGETALL", self._key)
+        fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
+        infos = [WorkerInfo.from_json(v) for v in fields.values()]
+        old = [w.id for w in infos if w.last_seen < time.time() - FORGET_AFTER]
+        if old:
+            with self._mutex, self._link.errors():
+                self._link.command("HDEL", self._key, *old)
+        return sorted((w for w in infos if w.id not in old), key=lambda w: (w.started_at, w.id))
