@@ -134,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_adapters)
 
     from ackwise._beat import add_parser as add_beat
+    from ackwise._dashboard_cli import add_parser as add_dashboard
     from ackwise._dlq import add_parser as add_dlq
     from ackwise._relay import add_parser as add_relay
     from ackwise._workers_cli import add_parser as add_workers
@@ -142,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dlq(sub)
     add_relay(sub)
     add_workers(sub)
+    add_dashboard(sub)
     get_plugins().add_commands(sub)
     return parser
 

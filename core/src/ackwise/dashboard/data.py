@@ -1,0 +1,124 @@
+"""What the dashboard shows, read from the broker and the worker registry."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ackwise import _envelope
+from ackwise._app import App
+from ackwise._dlq import SCAN_LIMIT, Entry
+from ackwise._plugins import open_worker_registry
+from ackwise._presence import WorkerInfo
+from ackwise._spi import Adapter, DeadLetter, QueueStats
+from ackwise.errors import EnvelopeError, UnsupportedCapability
+
+__all__ = ["DeadPage", "Source"]
+
+#: Dead letters on one page.
+PAGE = 50
+
+
+@dataclass
+class DeadPage:
+    entries: list[Entry]
+    total: int
+    page: int
+    pages: int
+    reasons: list[str]
+
+
+class Source:
+    """The app's broker (one connection, opened on first use) and worker registry."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self._adapter: Adapter | None = None
+
+    @property
+    def adapter(self) -> Adapter:
+        if self._adapter is None:
+            adapter = self.app.adapter()
+            adapter.open()
+            self._adapter = adapter
+        return self._adapter
+
+    def close(self) -> None:
+        if self._adapter is not None:
+            self._adapter.close()
+            self._adapter = None
+
+    def queues(self) -> list[str]:
+        """The broker's queues where it can list them, else the app's."""
+        try:
+            names = list(self.adapter.queues())
+        except UnsupportedCapability:
+            names = []
+        return sorted(set(names) | set(self.app.queues()))
+
+    def stats(self) -> list[QueueStats]:
+        return [self.adapter.stats(q) for q in self.queues()]
+
+    def workers(self) -> list[WorkerInfo] | None:
+        """The registry's records; ``None`` when the app has no registry."""
+        url = self.app.worker_registry_url
+        if url is None:
+            return None
+        registry = open_worker_registry(url, self.app.plugins)
+        try:
+            return registry.workers()
+        finally:
+            registry.close()
+
+    def dead(
+        self, queues: Sequence[str], *, reason: str = "", task: str = "", page: int = 1
+    ) -> DeadPage:
+        """One page of dead letters, newest first; filtered by reason and task."""
+        letters: list[DeadLetter] = []
+        for q in queues:
+            letters.extend(self.adapter.dead_letters(q, limit=SCAN_LIMIT))
+        reasons = sorted({d.reason for d in letters})
+        if reason:
+            letters = [d for d in letters if d.reason == reason]
+        letters.sort(key=lambda d: d.dead_at, reverse=True)
+        if task:  # decoding every letter costs: only when asked to filter on it
+            entries = [e for e in map(_entry, letters) if e.task == task]
+            total = len(entries)
+        else:
+            total = len(letters)
+            entries = []
+        pages = max(1, -(-total // PAGE))
+        page = min(max(1, page), pages)
+        start = (page - 1) * PAGE
+        if task:
+            shown = entries[start : start + PAGE]
+        else:
+            shown = [_entry(d) for d in letters[start : start + PAGE]]
+        return DeadPage(shown, total, page, pages, reasons)
+
+    def dead_letter(self, queue: str, message_id: str) -> Entry | None:
+        for d in self.adapter.dead_letters(queue, limit=SCAN_LIMIT):
+            if d.message_id == message_id:
+                return _entry(d)
+        return None
+
+
+def _entry(d: DeadLetter) -> Entry:
+    try:
+        env: _envelope.Envelope | None = _envelope.decode(d.body)
+    except EnvelopeError:
+        env = None
+    return Entry(d, env)
+
+
+def age(t: float) -> str:
+    """``12s``, ``5m``, ``3.2h``, ``2.0d`` ago."""
+    s = max(0.0, time.time() - t)
+    if s < 120:
+        return f"{s:.0f}s"
+    if s < 7200:
+        return f"{s / 60:.0f}m"
+    if s < 172800:
+        return f"{s / 3600:.1f}h"
+    return f"{s / 86400:.1f}d"

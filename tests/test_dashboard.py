@@ -1,0 +1,208 @@
+"""``ackwise dashboard`` over HTTP (docs/dashboard.md): the pages against real brokers (SQLite,
+Redis) and a real in-process worker; replay through the confirmation page; the CSRF token,
+read-only mode and the access token; a real server process bound to a non-loopback address."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ackwise import App
+from ackwise.errors import ConfigurationError
+from ackwise.testing import run_worker
+from ackwise_conformance.brokers import missing_broker
+from ackwise_conformance.helpers import eventually
+
+pytest.importorskip("starlette")
+pytest.importorskip("jinja2")
+pytest.importorskip("httpx")
+
+from starlette.testclient import TestClient
+
+from ackwise.dashboard import create_app
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'q.db'}"
+        return
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
+    except OSError:
+        missing_broker("Redis is not answering on 127.0.0.1:6379")
+    yield f"redis://127.0.0.1:6379/0?prefix=dash{uuid.uuid4().hex[:8]}"
+
+
+def _shop(broker: str, flag: Path) -> App:
+    app = App("shop", broker=broker)
+
+    @app.task(name="shop.add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task(name="shop.charge", autoretry_for=())
+    def charge(order: int) -> None:
+        if not flag.exists():
+            raise ValueError(f"card declined for order {order}")
+        flag.write_text(f"charged {order}")
+
+    return app
+
+
+def _ready(html: str, queue: str) -> int:
+    row = re.search(rf'<tr data-queue="{queue}">.*?class="n ready">(\d+)<', html, re.S)
+    assert row is not None, html
+    return int(row.group(1))
+
+
+def _csrf(html: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert found is not None, html
+    return found.group(1)
+
+
+def test_the_pages_follow_the_queue_and_a_dead_letter_is_replayed_after_confirming(
+    broker: str, tmp_path: Path
+) -> None:
+    flag = tmp_path / "card-ok"
+    app = _shop(broker, flag)
+    add, charge = app.tasks["shop.add"], app.tasks["shop.charge"]
+    for i in range(3):
+        add.delay(i, 1)
+    with TestClient(create_app(app)) as web:
+        assert _ready(web.get("/").text, "default") == 3
+        charge.delay(42)
+        with run_worker(app) as w:
+            w.join()
+        page = web.get("/").text
+        assert _ready(page, "default") == 0
+        assert 'class="dead" href="/dead?queue=default">1<' in page
+        dead = web.get("/dead").text
+        [mid] = re.findall(r'<tr data-id="([0-9a-f]+)">', dead)
+        assert "shop.charge" in dead and "card declined for order 42" in dead
+        detail = web.get(f"/dead/default/{mid}").text
+        assert "ValueError: card declined for order 42" in detail  # the traceback
+        confirm = web.post(
+            "/dead/confirm",
+            data={"csrf": _csrf(dead), "action": "replay", "pick": f"default/{mid}"},
+        )
+        assert confirm.status_code == 200 and "Replay 1 dead letter(s)?" in confirm.text
+        assert web.get("/dead").text.count("<tr data-id=") == 1  # nothing happened yet
+        flag.touch()  # the card works now
+        done = web.post(
+            "/dead/act",
+            data={"csrf": _csrf(confirm.text), "action": "replay", "confirmed": "yes",
+                  "pick": f"default/{mid}"},
+        )  # fmt: skip
+        assert done.status_code == 200 and "replayed 1 dead letter(s)" in done.text
+        with run_worker(app) as w:
+            w.join()
+        assert flag.read_text() == "charged 42"  # the replayed task ran
+        assert "0 dead letter(s)" in web.get("/dead").text
+    app.close()
+
+
+def test_a_form_without_the_csrf_token_and_a_read_only_dashboard_change_nothing(
+    tmp_path: Path,
+) -> None:
+    app = _shop(f"sqlite:///{tmp_path / 'q.db'}", tmp_path / "never")
+    app.tasks["shop.charge"].delay(1)
+    with run_worker(app) as w:
+        w.join()
+    with TestClient(create_app(app)) as web:
+        [mid] = re.findall(r'<tr data-id="([0-9a-f]+)">', web.get("/dead").text)
+        pick = {"action": "purge", "confirmed": "yes", "pick": f"default/{mid}"}
+        refused = web.post("/dead/act", data={**pick, "csrf": "0" * 64})
+        assert refused.status_code == 403 and "CSRF token" in refused.text
+        assert web.post("/dead/act", data={**pick, "csrf": _csrf(web.get("/dead").text),
+                                           "confirmed": "no"}).status_code == 403  # fmt: skip
+    with TestClient(create_app(app, read_only=True)) as web:
+        page = web.get("/dead").text
+        assert "Purge selected" not in page and 'type="checkbox"' not in page
+        refused = web.post("/dead/act", data={**pick, "csrf": _csrf(page)})
+        assert refused.status_code == 403 and "read-only" in refused.text
+    with TestClient(create_app(app)) as web:
+        assert "1 dead letter(s)" in web.get("/dead").text  # still there
+    app.close()
+
+
+def test_with_a_token_every_request_needs_it(tmp_path: Path) -> None:
+    app = App("t", broker=f"sqlite:///{tmp_path / 'q.db'}")
+    with TestClient(create_app(app, token="s3cret")) as web:
+        refused = web.get("/")
+        assert refused.status_code == 401 and "Basic" in refused.headers["www-authenticate"]
+        assert web.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert web.get("/", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert web.get("/", auth=("anyone", "s3cret")).status_code == 200
+    app.close()
+
+
+def test_the_broker_password_is_never_shown() -> None:
+    # RabbitMQ has no worker registry: the workers page says so without reaching the broker.
+    app = App("t", broker="amqp://guest:s3cret-pw@127.0.0.1:5672/%2F")
+    with TestClient(create_app(app)) as web:
+        html = web.get("/workers").text
+    assert "s3cret-pw" not in html and "127.0.0.1:5672" in html
+    assert "No worker registry for this broker" in html
+    app.close()
+
+
+def test_binding_a_non_loopback_address_needs_a_token() -> None:
+    from ackwise._dashboard_cli import cmd_dashboard
+
+    class Args:
+        app = "unused:app"
+        host = "0.0.0.0"
+        port = 0
+        token = None
+        read_only = False
+
+    with pytest.raises(ConfigurationError, match="not loopback\\) needs a token"):
+        cmd_dashboard(Args())  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_a_dashboard_bound_to_every_address_refuses_a_request_without_its_token(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "dash_app.py").write_text(
+        f"from ackwise import App\napp = App('dash', broker='sqlite:///{tmp_path / 'q.db'}')\n"
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ackwise", "dashboard", "dash_app:app", "--host", "0.0.0.0",
+         "--port", str(port), "--token", "t0ken"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/"
+
+    def status(headers: dict[str, str]) -> int:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5):
+                return 200
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return 0
+
+    try:
+        eventually(lambda: status({}) != 0, 30.0, description="the dashboard to listen")
+        assert status({}) == 401
+        assert status({"Authorization": "Bearer t0ken"}) == 200
+    finally:
+        server.terminate()
+        server.wait(10)
