@@ -206,3 +206,26 @@ def test_a_dashboard_bound_to_every_address_refuses_a_request_without_its_token(
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_the_charts_count_what_the_workers_finished_between_samples() -> None:
+    from ackwise import QueueStats, WorkerInfo
+    from ackwise.dashboard.history import History, sparkline
+
+    def worker(done: int, failed: int) -> WorkerInfo:
+        return WorkerInfo(
+            id="h:1", host="h", pid=1, app="a", queues=["q"], pool="threads", concurrency=1,
+            version="0", started_at=0.0, last_seen=0.0,
+            counters={"succeeded": done - failed, "failed": failed},
+        )  # fmt: skip
+
+    history = History()
+    for depth, done, failed in ((9, 0, 0), (4, 10, 1), (0, 30, 1)):
+        history.add([QueueStats("q", depth, 0, 1, 0, 0.0)], [worker(done, failed)])
+    samples = list(history.samples)
+    for s, at in zip(samples, (0.0, 5.0, 10.0), strict=True):
+        s.at = at
+    assert history.depth("q") == [10.0, 5.0, 1.0]
+    assert history.throughput() == [2.0, 4.0]
+    assert history.failure_rate() == [0.1, 0.0]
+    assert sparkline([1.0]) == "" and "<polyline" in sparkline([0.0, 2.0, 1.0])

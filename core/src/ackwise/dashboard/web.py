@@ -7,13 +7,16 @@ POSTs carrying the CSRF token, refused in read-only mode.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -22,9 +25,13 @@ from starlette.routing import Route
 from ackwise._app import App
 from ackwise._spi import redact_url
 from ackwise.dashboard.data import Source, age
+from ackwise.dashboard.history import EVERY, History, sparkline
 from ackwise.dashboard.security import Csrf, TokenGuard
+from ackwise.errors import AckwiseError
 
 __all__ = ["create_app"]
+
+log = logging.getLogger("ackwise.dashboard")
 
 _TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"),
@@ -42,6 +49,7 @@ def create_app(app: App, *, token: str | None = None, read_only: bool = False) -
     """
     source = Source(app)
     csrf = Csrf()
+    history = History()
 
     def page(name: str, request: Request, status: int = 200, **values: Any) -> HTMLResponse:
         html = _TEMPLATES.get_template(name).render(
@@ -56,7 +64,22 @@ def create_app(app: App, *, token: str | None = None, read_only: bool = False) -
         return HTMLResponse(html, status_code=status)
 
     async def overview(request: Request) -> Response:
-        return page("overview.html", request, stats=source.stats(), workers=source.workers())
+        stats, workers = source.stats(), source.workers()
+        if history.due():
+            history.add(stats, workers)
+        charts = {q.queue: Markup(sparkline(history.depth(q.queue))) for q in stats}
+        done, failed = history.throughput(), history.failure_rate()
+        return page(
+            "overview.html",
+            request,
+            stats=stats,
+            workers=workers,
+            charts=charts,
+            throughput=Markup(sparkline(done)),
+            failures=Markup(sparkline(failed)),
+            rate=done[-1] if done else None,
+            failing=failed[-1] if failed else None,
+        )
 
     async def workers(request: Request) -> Response:
         return page("workers.html", request, workers=source.workers())
@@ -138,10 +161,25 @@ def create_app(app: App, *, token: str | None = None, read_only: bool = False) -
         Route("/dead/act", act, methods=["POST"]),
         Route("/dead/{queue}/{message_id}", dead_letter),
     ]
+
+    async def sample() -> None:
+        """Sample every EVERY seconds while the dashboard runs, viewed or not."""
+        while True:
+            await asyncio.sleep(EVERY)
+            if history.due():
+                try:
+                    history.add(source.stats(), source.workers())
+                except AckwiseError as exc:  # the broker is away: a gap, not a crash
+                    log.warning("dashboard: sampling the queues failed: %s", exc)
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        yield
-        source.close()
+        sampler = asyncio.get_running_loop().create_task(sample())
+        try:
+            yield
+        finally:
+            sampler.cancel()
+            source.close()
 
     web = Starlette(routes=routes, lifespan=lifespan)
     return TokenGuard(web, token) if token else web
