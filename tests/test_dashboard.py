@@ -212,20 +212,25 @@ def test_the_charts_count_what_the_workers_finished_between_samples() -> None:
     from ackwise import QueueStats, WorkerInfo
     from ackwise.dashboard.history import History, sparkline
 
-    def worker(done: int, failed: int) -> WorkerInfo:
+    def worker(wid: str, by_queue: dict[str, list[int]]) -> WorkerInfo:
         return WorkerInfo(
-            id="h:1", host="h", pid=1, app="a", queues=["q"], pool="threads", concurrency=1,
-            version="0", started_at=0.0, last_seen=0.0,
-            counters={"succeeded": done - failed, "failed": failed},
+            id=wid, host="h", pid=1, app="a", queues=["q"], pool="threads", concurrency=1,
+            version="0", started_at=0.0, last_seen=0.0, by_queue=by_queue,
         )  # fmt: skip
 
     history = History()
-    for depth, done, failed in ((9, 0, 0), (4, 10, 1), (0, 30, 1)):
-        history.add([QueueStats("q", depth, 0, 1, 0, 0.0)], [worker(done, failed)])
-    samples = list(history.samples)
-    for s, at in zip(samples, (0.0, 5.0, 10.0), strict=True):
-        s.at = at
+    samples = [  # (depth of q, worker 1's [succeeded, failed] on q and r, worker 2's on q)
+        (9, {"q": [0, 0]}, {"q": [0, 0]}),
+        (4, {"q": [6, 1], "r": [2, 0]}, {"q": [3, 0]}),
+        (0, {"q": [16, 1], "r": [2, 0]}, {"q": [13, 0]}),
+    ]
+    for depth, w1, w2 in samples:
+        history.add([QueueStats("q", depth, 0, 1, 0, 0.0)], [worker("h:1", w1), worker("h:2", w2)])
+    for sample, at in zip(history.samples, (0.0, 5.0, 10.0), strict=True):
+        sample.at = at
     assert history.depth("q") == [10.0, 5.0, 1.0]
-    assert history.throughput() == [2.0, 4.0]
-    assert history.failure_rate() == [0.1, 0.0]
+    assert history.throughput("q") == [2.0, 4.0]  # (6+1+3)/5, (10+10)/5
+    assert history.throughput() == [2.4, 4.0]  # r's 2 in the first step
+    assert history.failure_rate("q") == [0.1, 0.0]
+    assert history.throughput("r") == [0.4, 0.0]
     assert sparkline([1.0]) == "" and "<polyline" in sparkline([0.0, 2.0, 1.0])

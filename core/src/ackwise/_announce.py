@@ -99,6 +99,8 @@ class Announcer:
             state=state or now_state,
             running=0 if state == "stopped" else running,
             counters={k: v for k, v in vars(counters).items() if isinstance(v, int)},
+            # dict() copies at once (the worker's thread may add a queue meanwhile).
+            by_queue={q: list(n) for q, n in dict(counters.by_queue).items()},
         )
         try:
             if self._registry is None:

@@ -49,3 +49,11 @@ class WorkerCounters:
     stale: int = 0
     extended: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
+    #: ``[succeeded, failed]`` by queue (the worker registry's per-queue throughput).
+    by_queue: dict[str, list[int]] = field(default_factory=dict)
+
+    def finished(self, queue: str, failed: bool) -> None:
+        per = self.by_queue.get(queue)
+        if per is None:
+            per = self.by_queue[queue] = [0, 0]
+        per[failed] += 1

@@ -62,6 +62,8 @@ class WorkerInfo:
     running: int = 0
     #: What it has done since it started: ``succeeded``, ``failed``, ``retried``, …
     counters: dict[str, int] = field(default_factory=dict)
+    #: ``[succeeded, failed]`` since it started, by queue.
+    by_queue: dict[str, list[int]] = field(default_factory=dict)
 
     def status(self, now: float | None = None) -> str:
         """``state``, or ``gone`` when a worker that did not stop cleanly went quiet."""

@@ -542,6 +542,7 @@ class Worker:
         task, d = h.task, h.delivery
         if result.status == FAILED:
             self.counters.failed += 1
+            self.counters.finished(d.queue, failed=True)
             self.events.emit(
                 Failed(
                     task.name,
@@ -565,6 +566,7 @@ class Worker:
         del self._running[job_id]
         self.claims.done(h, completed=True)
         self.counters.succeeded += 1
+        self.counters.finished(d.queue, failed=False)
         if self.config.prefetch_auto:
             self._adapt_budget(result.duration)
         if Succeeded in self.events.heard:

@@ -97,6 +97,14 @@ class Source:
             shown = [_entry(d) for d in letters[start : start + PAGE]]
         return DeadPage(shown, total, page, pages, reasons)
 
+    def recent_dead(self, n: int) -> list[Entry]:
+        """The ``n`` newest dead letters of every queue (with their last error)."""
+        letters: list[DeadLetter] = []
+        for q in self.queues():
+            letters.extend(self.adapter.dead_letters(q, limit=SCAN_LIMIT))
+        letters.sort(key=lambda d: d.dead_at, reverse=True)
+        return [_entry(d) for d in letters[:n]]
+
     def dead_letter(self, queue: str, message_id: str) -> Entry | None:
         for d in self.adapter.dead_letters(queue, limit=SCAN_LIMIT):
             if d.message_id == message_id:

@@ -22,8 +22,8 @@ KEEP = 720
 class _Sample:
     at: float
     depth: dict[str, int]  # ready + in flight, by queue
-    done: int  # succeeded + failed, every worker of the registry together
-    failed: int
+    #: ``(finished, failed)`` by every worker of the registry together; ``""``: all queues.
+    done: dict[str, tuple[int, int]]
 
 
 @dataclass
@@ -37,30 +37,34 @@ class History:
         return not self.samples or now - self.samples[-1].at >= EVERY
 
     def add(self, stats: Sequence[QueueStats], workers: Sequence[WorkerInfo] | None) -> None:
-        counters = [w.counters for w in workers or ()]
-        self.samples.append(
-            _Sample(
-                at=time.time(),
-                depth={s.queue: s.ready + s.in_flight for s in stats},
-                done=sum(c.get("succeeded", 0) + c.get("failed", 0) for c in counters),
-                failed=sum(c.get("failed", 0) for c in counters),
-            )
-        )
+        done: dict[str, tuple[int, int]] = {}
+        for w in workers or ():
+            for queue, (ok, failed) in w.by_queue.items():
+                for key in (queue, ""):
+                    n, f = done.get(key, (0, 0))
+                    done[key] = (n + ok + failed, f + failed)
+        depth = {s.queue: s.ready + s.in_flight for s in stats}
+        self.samples.append(_Sample(at=time.time(), depth=depth, done=done))
 
     def depth(self, queue: str) -> list[float]:
         return [float(s.depth.get(queue, 0)) for s in self.samples]
 
-    def throughput(self) -> list[float]:
-        """Tasks finished per second between samples (a worker that restarted counts 0)."""
-        pairs = zip(self.samples, list(self.samples)[1:], strict=False)
-        return [max(0.0, (b.done - a.done) / max(b.at - a.at, 1e-9)) for a, b in pairs]
+    def _steps(self, queue: str) -> list[tuple[float, int, int]]:
+        """(seconds, finished, failed) between two samples; a worker that restarted or went
+        away counts no negative work."""
+        out = []
+        for a, b in zip(self.samples, list(self.samples)[1:], strict=False):
+            (n0, f0), (n1, f1) = a.done.get(queue, (0, 0)), b.done.get(queue, (0, 0))
+            out.append((max(b.at - a.at, 1e-9), max(0, n1 - n0), max(0, f1 - f0)))
+        return out
 
-    def failure_rate(self) -> list[float]:
+    def throughput(self, queue: str = "") -> list[float]:
+        """Tasks finished per second between samples, of ``queue`` (``""``: all)."""
+        return [n / dt for dt, n, _ in self._steps(queue)]
+
+    def failure_rate(self, queue: str = "") -> list[float]:
         """The share of finished tasks that failed, between samples (0 when none finished)."""
-        pairs = zip(self.samples, list(self.samples)[1:], strict=False)
-        return [
-            (b.failed - a.failed) / (b.done - a.done) if b.done > a.done else 0.0 for a, b in pairs
-        ]
+        return [min(1.0, f / n) if n else 0.0 for _, n, f in self._steps(queue)]
 
 
 def sparkline(values: Sequence[float], width: int = 120, height: int = 24) -> str:

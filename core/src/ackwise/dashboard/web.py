@@ -67,7 +67,14 @@ def create_app(app: App, *, token: str | None = None, read_only: bool = False) -
         stats, workers = source.stats(), source.workers()
         if history.due():
             history.add(stats, workers)
-        charts = {q.queue: Markup(sparkline(history.depth(q.queue))) for q in stats}
+        charts = {
+            q.queue: (
+                Markup(sparkline(history.depth(q.queue))),
+                Markup(sparkline(history.throughput(q.queue))),
+                Markup(sparkline(history.failure_rate(q.queue))),
+            )
+            for q in stats
+        }
         done, failed = history.throughput(), history.failure_rate()
         return page(
             "overview.html",
@@ -79,6 +86,7 @@ def create_app(app: App, *, token: str | None = None, read_only: bool = False) -
             failures=Markup(sparkline(failed)),
             rate=done[-1] if done else None,
             failing=failed[-1] if failed else None,
+            recent=source.recent_dead(10),
         )
 
     async def workers(request: Request) -> Response:
