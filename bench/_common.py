@@ -453,6 +453,52 @@ def enqueue_table(cells: list[Cell], producer: str) -> list[str]:
     ]
 
 
+def drain_table(cells: list[Cell], tasks: int, server: str) -> list[str]:
+    """The drain section of a report: tasks/s medians, the worker's and the ``server``'s CPU
+    per task (``Cell.cpu``, ``Cell.extra``), and each run's rate."""
+    return [
+        "",
+        f"## Drain, {tasks:,} no-op tasks, one worker process (tasks started/s, median)",
+        "",
+        f"| system | config | tasks/s | worker CPU µs/task | {server} CPU µs/task | runs |",
+        "|---|---|---:|---:|---:|---|",
+        *(
+            f"| {c.system} | {c.config} | {fmt(c.median)} | {fmt(c.median_of(c.cpu))} | "
+            f"{fmt(c.median_of(c.extra))} | {runs(c.values)} |"
+            for c in cells
+            if c.kind == "drain" and c.values
+        ),
+    ]
+
+
+def report_end(
+    cells: list[Cell],
+    ratios: list[str],
+    ratio_title: str,
+    peer: str,
+    baseline_note: str,
+    method_title: str,
+    method: str,
+) -> list[str]:
+    """What ends a report: the ratios, the baseline, the cells' warnings, the method."""
+    lines: list[str] = []
+    if ratios:
+        lines += [
+            "",
+            f"## Ratios (medians; {ratio_title})",
+            "",
+            f"| comparison | ackwise | {peer} | ratio |",
+            "|---|---:|---:|---:|",
+            *ratios,
+        ]
+    lines += baseline_section(cells, baseline_note, ["drain-ackwise-1", "drain-ackwise-8"])
+    notes = [n for c in cells for n in c.notes]
+    if notes:
+        lines += ["", "## Warnings", ""] + [f"- {n}" for n in notes]
+    lines += ["", f"## {method_title}", "", method.strip(), ""]
+    return lines
+
+
 def latency_table(cells: list[Cell]) -> list[str]:
     """The latency section of a report: p50 and p99 medians, and each run's."""
     return [

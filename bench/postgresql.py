@@ -414,38 +414,17 @@ def render(
         "",
         *_common.enqueue_table(cells, "one producer thread"),
     ]
-    lines += [
-        "",
-        f"## Drain, {args.tasks:,} no-op tasks, one worker process (tasks started/s, median)",
-        "",
-        "| system | config | tasks/s | worker CPU µs/task | PostgreSQL CPU µs/task | runs |",
-        "|---|---|---:|---:|---:|---|",
-    ]
-    for c in cells:
-        if c.kind == "drain" and c.values:
-            lines.append(
-                f"| {c.system} | {c.config} | {_common.fmt(c.median)} | "
-                f"{_common.fmt(c.median_of(c.cpu))} | {_common.fmt(c.median_of(c.extra))} | "
-                f"{_common.runs(c.values)} |"
-            )
+    lines += _common.drain_table(cells, args.tasks, "PostgreSQL")
     lines += _common.latency_table(cells)
-    ratios = _ratio_rows(cells)
-    if ratios:
-        lines += [
-            "",
-            "## Ratios (medians; ackwise / Procrastinate)",
-            "",
-            "| comparison | ackwise | procrastinate | ratio |",
-            "|---|---:|---:|---:|",
-            *ratios,
-        ]
-    lines += _common.baseline_section(
-        cells, args.baseline_note, ["drain-ackwise-1", "drain-ackwise-8"]
+    lines += _common.report_end(
+        cells,
+        _ratio_rows(cells),
+        "ackwise / Procrastinate",
+        "procrastinate",
+        args.baseline_note,
+        "Method and fairness notes",
+        METHOD,
     )
-    notes = [n for c in cells for n in c.notes]
-    if notes:
-        lines += ["", "## Warnings", ""] + [f"- {n}" for n in notes]
-    lines += ["", "## Method and fairness notes", "", METHOD.strip(), ""]
     return "\n".join(lines)
 
 
