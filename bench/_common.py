@@ -18,6 +18,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -542,3 +543,42 @@ def fmt(x: float | None) -> str:
 
 def runs(values: list[float], form: str = "{:,.0f}") -> str:
     return ", ".join("-" if v != v else form.format(v) for v in values)
+
+
+def run_report(
+    name: str,
+    script: str,
+    out: str,
+    doc: str,
+    plan: Callable[[str | None], list[Cell]],
+    start: Callable[[Path], Any],
+    describe: Callable[[Any], str],
+    render: Callable[..., str],
+) -> int:
+    """A peer benchmark's ``main``: run the cells ``plan`` selects on the server ``start``
+    gives (stopped after), note a change of the tree during the run, write the report."""
+    args, command = parse_args(doc.splitlines()[0], script, out)
+    cells = select(plan(args.baseline), args.only)
+    started = time.monotonic()
+    load_start = os.getloadavg()[0]
+    tree_start = tree_state()
+    head_start = embedded.git("rev-parse", "HEAD")
+    with tempfile.TemporaryDirectory(prefix=f"ackwise-bench-{name}-") as tmp:
+        server = start(Path(tmp) / name)
+        print(describe(server), file=sys.stderr, flush=True)
+        try:
+            run_cells(cells, server, Path(tmp), args.runs, args.tasks, width=26)
+        finally:
+            server.stop()
+    load = (load_start, os.getloadavg()[0])
+    if cells and (tree_state(), embedded.git("rev-parse", "HEAD")) != (tree_start, head_start):
+        cells[0].notes.append(
+            "core/ or adapters/ changed during the run (a commit or uncommitted edits): the runs "
+            "of an ackwise cell may have measured different code"
+        )
+    text = render(
+        cells, args, command, time.monotonic() - started, server, load, head_start, tree_start
+    )
+    Path(args.out).write_text(text)
+    print(text)
+    return 0

@@ -13,8 +13,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -487,36 +485,16 @@ METHOD = f"""
 
 
 def main() -> int:
-    args, command = _common.parse_args(
-        __doc__.splitlines()[0], "postgresql.py", "results-postgresql.md"
+    return _common.run_report(
+        "postgresql",
+        "postgresql.py",
+        "results-postgresql.md",
+        __doc__,
+        plan,
+        Server,
+        lambda s: f"PostgreSQL {s.version}: {s.settings}",
+        render,
     )
-    cells = _common.select(plan(args.baseline), args.only)
-    started = time.monotonic()
-    load_start = os.getloadavg()[0]
-    tree_start = _common.tree_state()
-    head_start = embedded.git("rev-parse", "HEAD")
-    with tempfile.TemporaryDirectory(prefix="ackwise-bench-postgresql-") as tmp:
-        server = Server(Path(tmp) / "postgresql")
-        print(f"PostgreSQL {server.version}: {server.settings}", file=sys.stderr, flush=True)
-        try:
-            _common.run_cells(cells, server, Path(tmp), args.runs, args.tasks, width=26)
-        finally:
-            server.stop()
-    load = (load_start, os.getloadavg()[0])
-    if cells and (_common.tree_state(), embedded.git("rev-parse", "HEAD")) != (
-        tree_start,
-        head_start,
-    ):
-        cells[0].notes.append(
-            "core/ or adapters/ changed during the run (a commit or uncommitted edits): the runs "
-            "of an ackwise cell may have measured different code"
-        )
-    text = render(
-        cells, args, command, time.monotonic() - started, server, load, head_start, tree_start
-    )
-    Path(args.out).write_text(text)
-    print(text)
-    return 0
 
 
 if __name__ == "__main__":

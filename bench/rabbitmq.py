@@ -15,7 +15,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -584,36 +583,16 @@ METHOD = """
 
 
 def main() -> int:
-    args, command = _common.parse_args(
-        __doc__.splitlines()[0], "rabbitmq.py", "results-rabbitmq.md"
+    return _common.run_report(
+        "rabbitmq",
+        "rabbitmq.py",
+        "results-rabbitmq.md",
+        __doc__,
+        plan,
+        Broker,
+        lambda b: f"RabbitMQ {b.version}: {b.where}",
+        render,
     )
-    cells = _common.select(plan(args.baseline), args.only)
-    started = time.monotonic()
-    load_start = os.getloadavg()[0]
-    tree_start = _common.tree_state()
-    head_start = embedded.git("rev-parse", "HEAD")
-    with tempfile.TemporaryDirectory(prefix="ackwise-bench-rabbitmq-") as tmp:
-        broker = Broker(Path(tmp) / "rabbitmq")
-        print(f"RabbitMQ {broker.version}: {broker.where}", file=sys.stderr, flush=True)
-        try:
-            _common.run_cells(cells, broker, Path(tmp), args.runs, args.tasks, width=26)
-        finally:
-            broker.stop()
-    load = (load_start, os.getloadavg()[0])
-    if cells and (_common.tree_state(), embedded.git("rev-parse", "HEAD")) != (
-        tree_start,
-        head_start,
-    ):
-        cells[0].notes.append(
-            "core/ or adapters/ changed during the run (a commit or uncommitted edits): the runs "
-            "of an ackwise cell may have measured different code"
-        )
-    text = render(
-        cells, args, command, time.monotonic() - started, broker, load, head_start, tree_start
-    )
-    Path(args.out).write_text(text)
-    print(text)
-    return 0
 
 
 if __name__ == "__main__":
