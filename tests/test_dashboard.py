@@ -234,3 +234,28 @@ def test_the_charts_count_what_the_workers_finished_between_samples() -> None:
     assert history.failure_rate("q") == [0.1, 0.0]
     assert history.throughput("r") == [0.4, 0.0]
     assert sparkline([1.0]) == "" and "<polyline" in sparkline([0.0, 2.0, 1.0])
+
+
+def test_the_queues_page_on_rabbitmq_shows_the_depth() -> None:
+    # RabbitMQ cannot list its queues (no management plugin): the page shows the app's own.
+    try:
+        socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
+    except OSError:
+        missing_broker("RabbitMQ is not answering on 127.0.0.1:5672")
+    queue = f"dash-{uuid.uuid4().hex[:8]}"
+    app = App("t", broker="amqp://guest:guest@127.0.0.1:5672/%2F", default_queue=queue)
+
+    @app.task(name="t")
+    def t() -> None: ...
+
+    t.delay()
+    t.delay()
+    try:
+        with TestClient(create_app(app)) as web:
+            eventually(lambda: _ready(web.get("/").text, queue) == 2, 10.0, description="2")
+    finally:
+        adapter = app.adapter()
+        adapter.open()
+        adapter.delete_queue(queue)
+        adapter.close()
+        app.close()
