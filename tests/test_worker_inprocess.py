@@ -244,8 +244,10 @@ def test_worker_refuses_impossible_configuration(app):
         ackwise.Worker(app, ackwise.WorkerConfig(pool="solo", concurrency=4))
 
 
-def test_default_prefetch_stays_four_per_slot_where_the_adapter_asks_for_no_deeper_one(app):
-    """memory:// and sqlite:// take what is ready per receive: no automatic deepening."""
+def test_automatic_prefetch_deepens_for_short_tasks_only_where_the_adapter_asks(app):
+    """memory:// takes what is ready per receive at no cost: no deepening.  On sqlite://
+    every receive and every batch of acks is a write transaction: while tasks are short the
+    budget deepens (up to 64), so that one transaction carries many messages."""
 
     @app.task(name="quick")
     def quick():
@@ -255,7 +257,9 @@ def test_default_prefetch_stays_four_per_slot_where_the_adapter_asks_for_no_deep
         quick.delay()
     with run_worker(app, concurrency=2) as w:
         w.join()
-        assert w.worker.budget == 4 * 2
+        deep = app.adapter_class.capabilities.deep_prefetch
+        assert deep == app.broker_url.startswith("sqlite")
+        assert w.worker.budget == (64 if deep else 4 * 2)
 
 
 def test_an_early_acked_task_is_not_lease_renewed_while_it_runs(app):

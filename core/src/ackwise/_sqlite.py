@@ -341,7 +341,9 @@ class SQLiteAdapter(Adapter):
     name = "sqlite"
     # Everything natively (the defaults: unbounded delays, per-message leases, exact counts),
     # but rows larger than MAX_MESSAGE_SIZE.
-    capabilities = Capabilities(max_message_size=MAX_MESSAGE_SIZE, priorities=True)
+    capabilities = Capabilities(
+        max_message_size=MAX_MESSAGE_SIZE, priorities=True, deep_prefetch=True
+    )
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
