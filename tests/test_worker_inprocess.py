@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from typing import Any, ClassVar
@@ -426,4 +427,152 @@ def test_a_delivery_whose_lease_ran_out_before_it_started_is_not_started(plugins
     stale = report.of("stale")
     assert [e.info.get("operation") for e in stale] == ["start"], [e.info for e in stale]
     assert w.worker.counters.stale == 1
+    app.close()
+
+
+# -- jobs waiting in the thread pool (run-ahead) ---------------------------------------------
+def _warm_up(app: App, w: Any, n: int = 200) -> None:
+    """Run ``n`` no-op tasks: at their pace the thread pool takes jobs beyond its idle
+    threads (``Executor.ahead``)."""
+
+    @app.task(name="warm")
+    def warm() -> None:
+        pass
+
+    app.send_many([warm.s() for _ in range(n)])
+    w.join(timeout=20)
+    assert w.worker._executor.ahead > 0, "no-op tasks should let jobs wait in the pool"
+
+
+def _blocked_with_waiting(app: App, w: Any, waiting: int) -> None:
+    """Wait until the worker's one thread is busy and ``waiting`` jobs wait behind it."""
+    deadline = time.monotonic() + 10
+    while w.worker._executor.waiting() < waiting:
+        assert time.monotonic() < deadline, f"waiting: {w.worker._executor.waiting()}"
+        time.sleep(0.01)
+
+
+def test_a_graceful_stop_returns_jobs_waiting_in_the_pool_unstarted(app):
+    release = threading.Event()
+    ran = []
+
+    @app.task(name="block")
+    def block() -> None:
+        release.wait(10)
+
+    @app.task(name="after")
+    def after(i: int) -> None:
+        ran.append(i)
+
+    w = ackwise.testing.InProcessWorker(app, concurrency=1, lease=60).start()
+    adapter = _adapter(app)
+    try:
+        _warm_up(app, w)
+        block.delay()
+        app.send_many([after.s(i) for i in range(3)])
+        _blocked_with_waiting(app, w, 3)
+        assert w.worker.running == 1  # the waiting jobs are not counted as running
+        w.worker.request_stop()
+        deadline = time.monotonic() + 5  # back at once: not after the running task
+        while adapter.stats("default").ready < 3:
+            assert time.monotonic() < deadline, adapter.stats("default")
+            time.sleep(0.01)
+    finally:
+        release.set()
+        w.stop()
+    assert ran == []
+    st = adapter.stats("default")
+    assert (st.ready, st.in_flight) == (3, 0)
+
+
+def test_an_early_acked_task_does_not_wait_in_the_pool(app):
+    """At most once: an EARLY task is acked as it starts, so it is handed to the pool only
+    when a thread is free; acked and waiting, a crash would lose it unrun."""
+    release = threading.Event()
+
+    @app.task(name="block")
+    def block() -> None:
+        release.wait(10)
+
+    @app.task(name="early", ack=Ack.EARLY)
+    def early() -> None:
+        pass
+
+    w = ackwise.testing.InProcessWorker(app, concurrency=1, lease=60).start()
+    adapter = _adapter(app)
+    try:
+        _warm_up(app, w)
+        block.delay()
+        app.send_many([early.s() for _ in range(3)])
+        deadline = time.monotonic() + 5
+        while w.worker.held < 4:
+            assert time.monotonic() < deadline, w.worker.held
+            time.sleep(0.01)
+        time.sleep(0.1)
+        assert w.worker._executor.waiting() == 0
+        assert adapter.stats("default").in_flight == 4  # none of them acked yet
+    finally:
+        release.set()
+        report = w.join(timeout=10)
+        w.stop()
+    assert len([e for e in report.succeeded if e.task == "early"]) == 3
+
+
+class _LeasesMoveOn(MemoryAdapter):
+    """The memory broker, but once asked (``move_on``), the next renewal finds that another
+    consumer took every message this one held (their leases had run out, as after a stall)."""
+
+    move_on = False
+    taken_elsewhere: ClassVar[list[str]] = []
+
+    def extend(self, deliveries, *, lease):
+        if type(self).move_on:
+            type(self).move_on = False
+            with self.broker.lock:
+                for d in deliveries:
+                    msg = self._owned(self.broker.queue(d.queue), d)
+                    if msg is not None:
+                        msg.deadline = 0.0
+            other = MemoryAdapter(self.url)
+            other.open()
+            again = other.receive("default", max_messages=10, wait=0.0, lease=60.0)
+            type(self).taken_elsewhere.extend(d.message_id for d in again)
+            other.ack(again)
+        super().extend(deliveries, lease=lease)
+
+
+def test_jobs_waiting_in_the_pool_whose_lease_moved_on_do_not_start(plugins_serving):
+    plugins = plugins_serving("leasesmoveon", f"{__name__}:_LeasesMoveOn")
+    _LeasesMoveOn.move_on, _LeasesMoveOn.taken_elsewhere = False, []
+    app = App("moveon", broker=f"leasesmoveon://{uuid.uuid4().hex[:8]}", plugins=plugins)
+    release = threading.Event()
+    ran = []
+
+    @app.task(name="block")
+    def block() -> None:
+        release.wait(10)
+
+    @app.task(name="after")
+    def after(i: int) -> None:
+        ran.append(i)
+
+    w = ackwise.testing.InProcessWorker(app, concurrency=1, lease=0.6).start()
+    try:
+        _warm_up(app, w)
+        block.delay()
+        app.send_many([after.s(i) for i in range(3)])
+        _blocked_with_waiting(app, w, 3)
+        _LeasesMoveOn.move_on = True
+        deadline = time.monotonic() + 5
+        while w.worker._executor.waiting():
+            assert time.monotonic() < deadline, "the waiting jobs were not withdrawn"
+            time.sleep(0.01)
+        assert len(_LeasesMoveOn.taken_elsewhere) == 4  # the running one and the 3 waiting
+    finally:
+        release.set()
+        report = w.join(timeout=10)
+        w.stop()
+    assert ran == []  # taken elsewhere: not run here too
+    assert w.worker.counters.stale >= 4
+    assert not [e for e in report.succeeded if e.task == "after"]
     app.close()

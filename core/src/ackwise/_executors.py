@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -69,12 +70,31 @@ class Executor:
 
     #: Whether a hard kill of one task is possible (prefork only).
     can_kill = False
+    #: Whether jobs can wait in the executor for a slot (:attr:`ahead`, threads only).
+    can_queue = False
+    #: Jobs :meth:`free_slots` offers beyond the idle slots: they wait in the executor and
+    #: start the moment a slot frees, without a round trip through the consumer loop.  The
+    #: worker sets it (0: never).
+    ahead = 0
+
+    def waiting(self) -> int:
+        """Jobs submitted that have not started yet."""
+        return 0
+
+    def withdraw(self, job_ids: Sequence[int]) -> list[int]:
+        """Take back those of ``job_ids`` that have not started; return their ids."""
+        return []
 
 
 class ThreadExecutor(Executor):
-    """Tasks run on ``concurrency`` threads of the worker process (``--pool threads``/``solo``)."""
+    """Tasks run on ``concurrency`` threads of the worker process (``--pool threads``/``solo``).
+
+    Jobs beyond the idle threads (:attr:`~Executor.ahead`) wait in the job queue; a thread
+    takes the next one as it finishes, and a job withdrawn before a thread took it is skipped.
+    """
 
     kind = "threads"
+    can_queue = True
 
     def __init__(
         self, app: App, concurrency: int, completions: queue.SimpleQueue[Completion]
@@ -83,7 +103,9 @@ class ThreadExecutor(Executor):
         self.app = app
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._busy = 0
+        self._busy = 0  # submitted and not finished: running or waiting
+        #: Submitted and not started yet, by job id (a thread takes its job out to start it).
+        self._waiting: dict[int, Job] = {}
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -93,24 +115,38 @@ class ThreadExecutor(Executor):
             self._threads.append(t)
 
     def free_slots(self) -> int:
-        return self.concurrency - self._busy
+        return self.concurrency + self.ahead - self._busy
+
+    def waiting(self) -> int:
+        return len(self._waiting)
 
     def submit(self, job: Job) -> None:
         with self._lock:
             self._busy += 1
+            self._waiting[job.job_id] = job
         self._jobs.put(job)
+
+    def withdraw(self, job_ids: Sequence[int]) -> list[int]:
+        with self._lock:
+            taken = [i for i in job_ids if self._waiting.pop(i, None) is not None]
+            self._busy -= len(taken)
+        return taken
 
     def _run(self) -> None:
         runner = Runner(self.app)
+        lock, waiting, completions = self._lock, self._waiting, self.completions
         try:
             while True:
                 job = self._jobs.get()
                 if job is None:
                     return
+                with lock:
+                    if waiting.pop(job.job_id, None) is None:
+                        continue  # withdrawn before it started
                 result = runner.run(job)
-                with self._lock:
+                with lock:
                     self._busy -= 1
-                self.completions.put(("done", job.job_id, result))
+                completions.put(("done", job.job_id, result))
         finally:
             runner.close()
 

@@ -47,7 +47,7 @@ from ackwise._intake import Intake
 from ackwise._pacing import Pacer
 from ackwise._policy import WorkerConfig, max_auto_prefetch
 from ackwise._results import ResultState, TaskResult
-from ackwise._semantics import Outcome
+from ackwise._semantics import Ack, Outcome
 from ackwise._settlement import Settler, whole_batches
 from ackwise._spi import Adapter, LeaseExtension
 from ackwise._tasklog import TaskLog
@@ -69,6 +69,11 @@ log = logging.getLogger(__name__)
 #: recent average task duration), never less than 4 x concurrency: short tasks get a window
 #: deep enough to hide the broker's round trip; long ones hold no more than the base budget.
 PREFETCH_HOLD = 0.01
+#: A thread pool takes about this many seconds of work (at the recent average task duration)
+#: beyond its idle threads, at most RUN_AHEAD_MAX jobs: a thread that finishes a short task
+#: starts the next at once instead of waiting for the consumer loop to hand it one.
+RUN_AHEAD_HOLD = 0.005
+RUN_AHEAD_MAX = 64
 
 
 class Worker:
@@ -135,6 +140,13 @@ class Worker:
         self._timed_leases = (
             app.adapter_class.capabilities.lease_extension is not LeaseExtension.CONNECTION
         )
+        #: Jobs may wait in a thread pool for a slot (:meth:`_may_wait`): their lease must
+        #: stay theirs there, renewed or held by the connection; and no rate limit spaces
+        #: their starts.
+        self._run_ahead = (
+            app.adapter_class.capabilities.lease_extension is not LeaseExtension.NONE
+            and not self.pacer.active
+        )
 
     # -- control ---------------------------------------------------------------------------
     def request_stop(self, cold: bool = False) -> None:
@@ -178,7 +190,8 @@ class Worker:
     @property
     def running(self) -> int:
         """Tasks running now."""
-        return len(self._running)
+        waiting = self._executor.waiting() if self._executor is not None else 0
+        return len(self._running) - waiting
 
     @property
     def held(self) -> int:
@@ -244,7 +257,7 @@ class Worker:
         """For the worker registry: state, tasks running now, counters."""
         return (
             "stopping" if self._stop_requested else "running",
-            len(self._running),
+            self.running,
             self.counters,
         )
 
@@ -279,6 +292,7 @@ class Worker:
                     grace_deadline = time.monotonic() + cfg.grace
                     self.adapter.stop_receiving()
                     self._return_buffer()
+                    self._return_waiting(executor)
                 if self._stop_requested == 2 or (
                     grace_deadline is not None and time.monotonic() >= grace_deadline
                 ):
@@ -426,6 +440,8 @@ class Worker:
         free = executor.free_slots()
         if free <= 0:
             return
+        # Beyond the idle slots, only jobs that may wait in the executor (:meth:`_may_wait`).
+        idle = free - executor.ahead
         batch: list[Held] = []
         waiting: list[Held] = []  # rate-limited, their slot not come yet: stay buffered
         claiming: Held | None = None
@@ -433,6 +449,8 @@ class Worker:
         mono = time.monotonic()
         try:
             while self._buffer and len(batch) < free:
+                if len(batch) >= idle and not self._may_wait(self._buffer[0]):
+                    break
                 claiming = self._buffer.popleft()
                 if claiming.lease_until <= mono:
                     self._lease_ran_out(claiming)
@@ -470,6 +488,21 @@ class Worker:
             receipt = repr(d.receipt) if h.task.bind else ""
             executor.submit(Job(h.job_id, d.attempt, d.body, receipt))
 
+    @staticmethod
+    def _may_wait(h: Held) -> bool:
+        """Whether ``h`` may wait in the executor for a slot once handed to it: not when it
+        is acked as it starts (at most once: a crash would lose it unrun) or records its
+        start."""
+        task = h.task
+        return task.ack is not Ack.EARLY and not (task.track_started and task.store_results)
+
+    def _return_waiting(self, executor: Executor) -> None:
+        """Graceful stop: take back the jobs waiting in the executor and return them."""
+        for job_id in executor.withdraw(list(self._running)):
+            h = self._running.pop(job_id)
+            self.claims.done(h, completed=False)
+            self.settler.settle_held(h, Outcome.NOT_STARTED, label="not_started")
+
     def _record_started(self, batch: Sequence[Held], now: float) -> None:
         """Write ``started`` for the tasks that track it (``track_started``)."""
         assert self.settler.results is not None
@@ -506,12 +539,17 @@ class Worker:
             )
 
     # -- completions -----------------------------------------------------------------------
-    def _adapt_budget(self, duration: float) -> None:
-        """Automatic prefetch: buffer about PREFETCH_HOLD seconds of work at the recent pace."""
+    def _adapt(self, duration: float) -> None:
+        """Follow the recent pace: the automatic prefetch buffers about PREFETCH_HOLD seconds
+        of work; a thread pool takes about RUN_AHEAD_HOLD seconds beyond its idle threads."""
         avg = self._avg_duration = 0.9 * self._avg_duration + 0.1 * max(duration, 1e-6)
         c = self.config.concurrency
-        want = c + math.ceil(c * PREFETCH_HOLD / avg)
-        self._budget = min(max(4 * c, want), max_auto_prefetch(c))
+        if self.config.prefetch_auto:
+            want = c + math.ceil(c * PREFETCH_HOLD / avg)
+            self._budget = min(max(4 * c, want), max_auto_prefetch(c))
+        executor = self._executor
+        if self._run_ahead and executor is not None and executor.can_queue:
+            executor.ahead = min(RUN_AHEAD_MAX, int(c * RUN_AHEAD_HOLD / avg))
 
     def _drain_completions(self, block: float) -> None:
         try:
@@ -567,8 +605,7 @@ class Worker:
         self.claims.done(h, completed=True)
         self.counters.succeeded += 1
         self.counters.finished(d.queue, failed=False)
-        if self.config.prefetch_auto:
-            self._adapt_budget(result.duration)
+        self._adapt(result.duration)
         if Succeeded in self.events.heard:
             self.events.emit(
                 Succeeded(task.name, d.message_id, d.queue, d.attempt, result.duration)
@@ -610,15 +647,19 @@ class Worker:
             else:
                 h.lease_until = lease_until
         if lost:
-            # Buffered deliveries whose lease moved on belong to another worker now.
+            # Buffered deliveries whose lease moved on belong to another worker now, and so
+            # do those still waiting in the executor: they are not started here.
             self._buffer = collections.deque(h for h in self._buffer if not h.lease_lost)
+            if self._executor is not None:
+                lost_jobs = [i for i, h in self._running.items() if h.lease_lost]
+                for job_id in self._executor.withdraw(lost_jobs):
+                    self.claims.done(self._running.pop(job_id), completed=False)
         self.counters.extended += len(held)
 
     # -- stopping --------------------------------------------------------------------------
     def _cold_stop(self, executor: Executor) -> int:
-        log.warning(
-            "worker %s: cold stop with %d task(s) running", self.worker_id, len(self._running)
-        )
+        log.warning("worker %s: cold stop with %d task(s) running", self.worker_id, self.running)
+        self._return_waiting(executor)
         executor.shutdown(cold=True)
         for h in list(self._running.values()):
             d = h.delivery
