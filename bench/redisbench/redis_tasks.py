@@ -76,9 +76,26 @@ def make_taskiq_broker(url: str = URL, queue: str = QUEUE):  # type: ignore[no-u
     return broker
 
 
+# -- Huey ----------------------------------------------------------------------------------
+def make_huey(url: str = URL, queue: str = QUEUE):  # type: ignore[no-untyped-def]
+    """Huey on Redis, as documented: a BRPOP consumer (``blocking=True``, its default); at most
+    once (a task's message is gone from Redis once popped: a killed consumer loses it)."""
+    from huey import RedisHuey
+
+    huey = RedisHuey(queue, url=url, blocking=True, results=False)
+
+    @huey.task(name="bench.noop")
+    def noop(sent: float = 0.0) -> None:
+        record(sent)
+
+    huey.bench_noop = noop
+    return huey
+
+
 _SYSTEM = os.environ.get("REDIS_BENCH_SYSTEM", "")
 # Only the system a worker runs is built (each CLI imports this module and takes one name).
 ackwise_app = make_ackwise_app() if _SYSTEM == "ackwise" else None
 celery_app = make_celery_app() if _SYSTEM == "celery" else None
 dramatiq_broker = make_dramatiq_broker() if _SYSTEM == "dramatiq" else None
 taskiq_broker = make_taskiq_broker() if _SYSTEM == "taskiq" else None
+huey_app = make_huey() if _SYSTEM == "huey" else None

@@ -87,9 +87,10 @@ class Capabilities:
     max_batch: int | None = None
     #: Holding more than 4 x concurrency pays off while tasks are short: the broker pushes into
     #: a consumer window that a settled message refills only a round trip later (AMQP
-    #: ``basic.qos``), every request is a round trip that carries a few messages (SQS: 10), or
-    #: every receive and every batch of acks is a write transaction (SQLite: at one thread and
-    #: 4 messages a receive, four statements a message).  The worker's default, automatic
+    #: ``basic.qos``), every request is a round trip that carries a few messages (SQS: 10),
+    #: every receive and every batch of acks is a script call on a server (Redis: at one
+    #: thread, 4 messages a receive) or a write transaction (SQLite: at one thread and 4
+    #: messages a receive, four statements a message).  The worker's default, automatic
     #: prefetch then deepens while tasks are short.  Elsewhere the default prefetch stays 4 x
     #: concurrency (a receive already takes what is ready, and holding more costs lease
     #: renewals).

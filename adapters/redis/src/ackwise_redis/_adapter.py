@@ -140,7 +140,9 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
     name = "redis"
     # Everything natively (the defaults: unbounded delays, per-message leases, exact counts),
     # but messages larger than MAX_MESSAGE_SIZE; priorities in the urgent set (lua/lib.lua).
-    capabilities = Capabilities(max_message_size=MAX_MESSAGE_SIZE, priorities=True)
+    capabilities = Capabilities(
+        max_message_size=MAX_MESSAGE_SIZE, priorities=True, deep_prefetch=True
+    )
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
