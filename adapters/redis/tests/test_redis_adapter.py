@@ -11,7 +11,7 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -356,3 +356,27 @@ def test_an_early_ack_of_a_delivery_whose_lease_moved_on_is_still_stale(
         adapter.extend([old], lease=30)
     with pytest.raises(StaleReceipt):  # a late ack is never taken for an early one
         adapter.ack([new])
+
+
+def test_a_waiting_receive_gets_a_message_published_while_it_waits_after_a_script_flush(
+    adapter: Adapter, queue: str, redis_url: str
+) -> None:
+    # The wait and the receive script go out together; when the script was flushed from
+    # Redis meanwhile, the receive loads it again and still returns what was published.
+    got: list[Sequence[Delivery]] = []
+    waiting = threading.Thread(
+        target=lambda: got.append(adapter.receive(queue, max_messages=5, wait=5.0, lease=30.0))
+    )
+    started = time.monotonic()
+    waiting.start()
+    time.sleep(0.3)  # the receive is blocked in its wait by now
+    other = open_adapter(redis_url)
+    other.open()
+    raw = other._link.connection()  # type: ignore[attr-defined]
+    raw.send_command("SCRIPT", "FLUSH")
+    raw.read_response()
+    other.publish(queue, [Outgoing("m1", b"body")])
+    waiting.join(10)
+    other.close()
+    assert [d.message_id for d in got[0]] == ["m1"]
+    assert time.monotonic() - started < 3.0  # woken by the publish, not at the end of its wait

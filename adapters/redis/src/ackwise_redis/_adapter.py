@@ -250,24 +250,51 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
                     return []
                 if reply[1]:
                     remaining = min(remaining, max(float(reply[1]), 0.0))
+                args = (n, lease_arg, self._token(), SWEEP_LIMIT)
                 if remaining > 0.0005:
-                    self._wait_for_wakeup(k, remaining)
-                reply = self._run(_RECEIVE, k, keys, (n, lease_arg, self._token(), SWEEP_LIMIT))
+                    reply = self._wait_then_receive(k, remaining, keys, args)
+                else:
+                    reply = self._run(_RECEIVE, k, keys, args)
                 if reply[0]:
                     return self._deliveries(queue, reply)
 
-    def _wait_for_wakeup(self, k: _Keys, timeout: float) -> None:
-        """Block until a publisher (or a receiver with more ready) pushes a token, or timeout."""
+    def _wait_then_receive(
+        self, k: _Keys, timeout: float, keys: Sequence[bytes], args: Sequence[Any]
+    ) -> Any:
+        """Block until a publisher (or a receiver with more ready) pushes a token, or timeout,
+        then receive: both commands go out together, so Redis runs the receive script the
+        moment the wait ends, without a round trip in between."""
         conn = self._connection()
         # BLPOP treats 0 as "forever"; the socket must outwait the server-side timeout.
         timeout = min(max(timeout, 0.001), max(self.settings.socket_timeout - 1.0, 0.5))
         try:
-            conn.send_command("BLPOP", k.notify, f"{timeout:.3f}")
-            conn.read_response(timeout=timeout + self.settings.socket_timeout)
-        except rx.ResponseError as exc:  # a wrong-typed notify key: set it aside, look again
-            if not _is_wrong_storage(exc):
-                raise
-            self._quarantine(k.typed)
+            conn.send_packed_command(
+                conn.pack_commands(
+                    [
+                        ("BLPOP", k.notify, f"{timeout:.3f}"),
+                        ("EVALSHA", _RECEIVE.sha, len(keys), *keys, *args),
+                    ]
+                )
+            )
+            replies: list[Any] = []
+            for read_timeout in (timeout + self.settings.socket_timeout, None):
+                try:  # an error reply is read too: the connection stays in step
+                    replies.append(conn.read_response(timeout=read_timeout))
+                except rx.ResponseError as exc:
+                    replies.append(exc)
+        except (rx.ConnectionError, rx.TimeoutError, OSError):
+            conn.disconnect()  # a late reply must never answer the next command
+            raise
+        waited, received = replies
+        if isinstance(waited, rx.ResponseError):
+            if not _is_wrong_storage(waited):
+                raise waited
+            self._quarantine(k.typed)  # a wrong-typed notify key: set it aside, look again
+        if isinstance(received, rx.ResponseError):
+            # The script not loaded yet, or a wrong-typed key: the one-command path deals
+            # with either (the failed call wrote nothing).
+            return self._run(_RECEIVE, k, keys, args)
+        return received
 
     @staticmethod
     def _deliveries(queue: str, reply: list[Any]) -> list[Delivery]:

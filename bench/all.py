@@ -1,0 +1,187 @@
+"""Every comparison benchmark, one after another, each regenerating its results file, then
+``bench/RESULTS.md``: the machine, the commit, the load average around each benchmark and
+each one's targets or ratios, in one place.
+
+    uv run --group bench python bench/all.py [--runs 3] [--only redis,rabbitmq] [--soak]
+
+Each benchmark runs its peers side by side with ackwise in its own run (cells interleaved run
+by run): only the ratios inside one file compare; absolute rates vary between hosts and runs.
+``--soak`` adds the chaos soak (about an hour; not a throughput benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    script: str
+    out: str
+    what: str
+    args: tuple[str, ...] = ()
+    takes_runs: bool = True
+    #: Runs per cell whatever ``--runs`` says (a small effect needs more of them).
+    runs: int | None = None
+
+
+BENCHES = [
+    Bench("embedded", "embedded.py", "results-embedded.md", "SQLite and memory vs Huey (SQLite)"),
+    Bench(
+        "redis",
+        "redis_peers.py",
+        "results-redis.md",
+        "Redis vs Celery, Dramatiq, Taskiq, Huey",
+    ),
+    Bench("rabbitmq", "rabbitmq.py", "results-rabbitmq.md", "RabbitMQ vs Celery, Dramatiq"),
+    Bench("postgresql", "postgresql.py", "results-postgresql.md", "PostgreSQL vs Procrastinate"),
+    Bench("sqs", "sqs.py", "results-sqs.md", "SQS (moto server) vs Celery"),
+    Bench(
+        "sqs-stock-moto",
+        "sqs.py",
+        "results-sqs-stock-moto.md",
+        "SQS on stock moto vs Celery",
+        ("--tasks", "300", "--stock-moto"),
+    ),
+    Bench(
+        "observability",
+        "observability.py",
+        "results-observability.md",
+        "what metrics and the task log cost (Redis)",
+        ("--tasks", "40000"),
+        runs=9,
+    ),
+    Bench(
+        "rate-limit",
+        "rate_limit.py",
+        "results-rate-limit.md",
+        "a rate limit shared by two workers (Redis)",
+    ),
+]
+SOAK = Bench(
+    "soak",
+    "soak.py",
+    "results-soak.md",
+    "chaos soak: every broker and mode under SIGKILLs, cuts, restarts",
+    ("--write",),
+    takes_runs=False,
+)
+
+#: The sections of a results file that say how ackwise compares (copied into RESULTS.md).
+_SUMMARY = re.compile(r"^## (Targets|Target|Ratios)\b.*$", re.MULTILINE)
+
+
+def git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
+    return done.stdout.strip()
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def summary(text: str) -> str:
+    """The file's targets/ratios sections, each up to the next heading."""
+    parts = []
+    for m in _SUMMARY.finditer(text):
+        end = text.find("\n## ", m.end())
+        parts.append(text[m.start() : end if end != -1 else len(text)].strip())
+    return "\n\n".join(parts).replace("\n## ", "\n### ").replace("## ", "### ", 1)
+
+
+@dataclass
+class Ran:
+    bench: Bench
+    seconds: float
+    load_before: float
+    load_after: float
+    status: int
+
+
+def run(bench: Bench, runs: int) -> Ran:
+    cmd = [sys.executable, str(BENCH_DIR / bench.script), *bench.args]
+    if bench.takes_runs:
+        cmd += ["--runs", str(bench.runs or runs), "--out", str(BENCH_DIR / bench.out)]
+    print(f"== {bench.name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    load = os.getloadavg()[0]
+    started = time.monotonic()
+    status = subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, check=False).returncode
+    return Ran(bench, time.monotonic() - started, load, os.getloadavg()[0], status)
+
+
+def render(done: list[Ran], head: str, dirty: bool, command: str) -> str:
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Benchmark results: every comparison, one run",
+        "",
+        f"Run {now}, git {head}{' (uncommitted changes)' if dirty else ''}; "
+        f"{platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}.",
+        "",
+        f"Rerun: `{command}`. Each benchmark ran its peers side by side with ackwise in the "
+        "same run; ratios compare inside one file only.",
+        "",
+        "| benchmark | what | file | minutes | load average before / after | status |",
+        "|---|---|---|---:|---|---|",
+    ]
+    for r in done:
+        b = r.bench
+        lines.append(
+            f"| {b.name} | {b.what} | [{b.out}]({b.out}) | {r.seconds / 60:.1f} | "
+            f"{r.load_before:.2f} / {r.load_after:.2f} | "
+            f"{'ok' if r.status == 0 else f'FAILED (exit {r.status})'} |"
+        )
+    for r in done:
+        path = BENCH_DIR / r.bench.out
+        if r.status != 0 or not path.exists():
+            continue
+        lines += ["", f"## {r.bench.name}: {r.bench.what}", ""]
+        lines.append(summary(path.read_text()) or f"(see [{r.bench.out}]({r.bench.out}))")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs per cell (medians of these)")
+    names = ",".join(b.name for b in BENCHES)
+    parser.add_argument("--only", default="", help=f"comma-separated, of: {names}")
+    parser.add_argument("--soak", action="store_true", help="run the chaos soak too (~1 h)")
+    parser.add_argument("--out", default=str(BENCH_DIR / "RESULTS.md"))
+    args = parser.parse_args()
+    chosen = [b for b in BENCHES if not args.only or b.name in args.only.split(",")]
+    unknown = set(filter(None, args.only.split(","))) - {b.name for b in BENCHES}
+    if unknown:
+        parser.error(f"--only: unknown benchmark(s) {', '.join(sorted(unknown))}; expected {names}")
+    if args.soak:
+        chosen.append(SOAK)
+    head = git("rev-parse", "--short", "HEAD")
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    done = [run(b, args.runs) for b in chosen]
+    command = " ".join(["uv run --group bench python bench/all.py", *sys.argv[1:]])
+    Path(args.out).write_text(render(done, head, dirty, command))
+    print(Path(args.out).read_text())
+    return 0 if all(r.status == 0 for r in done) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
