@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,36 @@ def timed(send: Callable[[], int], tasks: int, cap: float) -> float:
     return sent / (time.perf_counter() - start)
 
 
+def timed_threads(send: Callable[[], int], tasks: int, cap: float, threads: int) -> float:
+    """:func:`timed` from ``threads`` producer threads at once, sharing ``tasks``: tasks/s."""
+    lock = threading.Lock()
+    sent = [0]
+    errors: list[BaseException] = []
+    start = time.perf_counter()
+    deadline = start + cap
+
+    def produce() -> None:
+        try:
+            while True:
+                with lock:
+                    if sent[0] >= tasks or time.perf_counter() > deadline:
+                        return
+                n = send()
+                with lock:
+                    sent[0] += n
+        except BaseException as exc:  # reported by the driver, not lost in a thread
+            errors.append(exc)
+
+    pool = [threading.Thread(target=produce) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+    return sent[0] / (time.perf_counter() - start)
+
+
 def hundred(call: Callable[[], Any]) -> Callable[[], int]:
     def send() -> int:
         for _ in range(100):
@@ -58,8 +89,9 @@ def hundred(call: Callable[[], Any]) -> Callable[[], int]:
     return send
 
 
-def enqueue_ackwise(app: Any, tasks: int, batch: int | None, cap: float) -> float:
-    """ackwise's ``delay()`` (``batch`` None) or ``send_many`` in chunks of ``batch``: tasks/s.
+def enqueue_ackwise(app: Any, tasks: int, batch: int | None, cap: float, threads: int = 1) -> float:
+    """ackwise's ``delay()`` (``batch`` None) or ``send_many`` in chunks of ``batch``: tasks/s;
+    ``delay()`` from ``threads`` producer threads sharing the app when more than one.
 
     ``app``: a task module's ackwise app with its no-op task as ``app.bench_noop``; closed here.
     """
@@ -67,6 +99,8 @@ def enqueue_ackwise(app: Any, tasks: int, batch: int | None, cap: float) -> floa
     noop.delay()  # connect and declare: not timed
     try:
         if batch is None:
+            if threads > 1:
+                return timed_threads(hundred(noop.delay), tasks, cap, threads)
             return timed(hundred(noop.delay), tasks, cap)
 
         def many() -> int:

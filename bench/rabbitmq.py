@@ -33,6 +33,8 @@ from ackwise_conformance.brokers import BrokerUnavailable, provide
 #: Enqueue cells stop after this many seconds even when not all tasks were sent.
 ENQUEUE_CAP = 5.0
 BATCH = 500
+#: Producer threads of the "-threads" enqueue cells (one app or broker object shared).
+PRODUCER_THREADS = 8
 SHARED_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 WORKER_ENV = _common.worker_env("rabbitbench")
 
@@ -174,9 +176,9 @@ def enq_pika(b: Broker, queue: str, tasks: int, queue_type: str) -> float:
         conn.close()
 
 
-def enq_ackwise(url: str, queue: str, tasks: int, batch: int | None) -> float:
+def enq_ackwise(url: str, queue: str, tasks: int, batch: int | None, threads: int = 1) -> float:
     app = rabbit_tasks.make_ackwise_app(url, queue)
-    return _common.enqueue_ackwise(app, tasks, batch, ENQUEUE_CAP)
+    return _common.enqueue_ackwise(app, tasks, batch, ENQUEUE_CAP, threads)
 
 
 def enq_celery(url: str, queue: str, tasks: int, confirm: bool) -> float:
@@ -189,11 +191,15 @@ def enq_celery(url: str, queue: str, tasks: int, confirm: bool) -> float:
         app.close()
 
 
-def enq_dramatiq(url: str, queue: str, tasks: int, confirm: bool) -> float:
+def enq_dramatiq(url: str, queue: str, tasks: int, confirm: bool, threads: int = 1) -> float:
+    """Dramatiq's ``send()``; from ``threads`` threads sharing the broker (one connection and
+    channel per thread: its design) when more than one."""
     broker = rabbit_tasks.make_dramatiq_broker(url, queue, confirm)
     noop = broker.bench_noop
     noop.send()
     try:
+        if threads > 1:
+            return _common.timed_threads(_common.hundred(noop.send), tasks, ENQUEUE_CAP, threads)
         return _common.timed(_common.hundred(noop.send), tasks, ENQUEUE_CAP)
     finally:
         broker.close()
@@ -204,9 +210,13 @@ def enqueue(b: Broker, key: str, tasks: int) -> float:
     try:
         if key.startswith("enq-pika-"):
             return enq_pika(b, queue, tasks, key.removeprefix("enq-pika-"))
+        threads = PRODUCER_THREADS if key.endswith("-threads") else 1
         if key.startswith("enq-ackwise"):
             batch = BATCH if key == "enq-ackwise-batch" else None
-            return enq_ackwise(b.ackwise_url(key == "enq-ackwise-classic"), queue, tasks, batch)
+            url = b.ackwise_url(key == "enq-ackwise-classic")
+            return enq_ackwise(url, queue, tasks, batch, threads)
+        if key == "enq-dramatiq-threads":
+            return enq_dramatiq(b.amqp, queue, tasks, True, threads)
         confirm = not key.endswith("-noconfirm")
         if key.startswith("enq-celery"):
             return enq_celery(b.amqp, queue, tasks, confirm)
@@ -379,6 +389,12 @@ def plan(baseline: str | None = None) -> list[Cell]:
              enq("enq-ackwise-classic")),
         Cell("enq-dramatiq", "enqueue", "dramatiq",
              "`send()`, one call per task, `confirm_delivery=True`", enq("enq-dramatiq")),
+        Cell("enq-ackwise-threads", "enqueue", "ackwise",
+             f"`delay()` from {PRODUCER_THREADS} threads sharing the app, quorum queue",
+             enq("enq-ackwise-threads")),
+        Cell("enq-dramatiq-threads", "enqueue", "dramatiq",
+             f"`send()` from {PRODUCER_THREADS} threads, `confirm_delivery=True`",
+             enq("enq-dramatiq-threads")),
         Cell("enq-dramatiq-noconfirm", "enqueue", "dramatiq",
              "`send()`, its default `confirm_delivery=False` (no confirms)",
              enq("enq-dramatiq-noconfirm")),
@@ -471,6 +487,11 @@ def _ratio_rows(cells: list[Cell]) -> list[str]:
         )
 
     row("enqueue, one call per task, both with confirms", "enq-ackwise", ["enq-dramatiq"])
+    row(
+        f"enqueue, one call per task from {PRODUCER_THREADS} threads, both with confirms",
+        "enq-ackwise-threads",
+        ["enq-dramatiq-threads"],
+    )
     row("enqueue, one call per task, vs Dramatiq's default (no confirms)", "enq-ackwise",
         ["enq-dramatiq-noconfirm"])  # fmt: skip
     row("enqueue, ackwise `send_many` vs Dramatiq `send()` (confirms)", "enq-ackwise-batch",

@@ -116,6 +116,52 @@ def test_unroutable_publish_raises_and_stores_nothing(rabbitmq_url: str) -> None
         adapter.close()
 
 
+def test_publishes_from_many_threads_share_a_confirm_wait_and_keep_their_own_outcome(
+    rabbitmq_url: str,
+) -> None:
+    """Publishes queued while the I/O thread was busy go out together and wait once for
+    their confirms; each caller still learns its own outcome: an unroutable message fails
+    its own call only."""
+    import threading
+
+    adapter = _adapter(rabbitmq_url)
+    good, missing = _queue(), _queue()
+    adapter.declare(QueueSpec(good))
+    outcomes: dict[int, BaseException | None] = {}
+    busy = threading.Event()
+
+    def hold_the_io_thread() -> None:
+        busy.set()
+        time.sleep(0.3)  # every publish below queues up meanwhile
+
+    def publish(i: int) -> None:
+        try:
+            adapter.publish(missing if i == 3 else good, [Outgoing(f"m{i}", b"x")])
+            outcomes[i] = None
+        except BaseException as exc:
+            outcomes[i] = exc
+
+    try:
+        adapter._post(hold_the_io_thread)
+        assert busy.wait(5)
+        threads = [threading.Thread(target=publish, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert isinstance(outcomes.pop(3), QueueNotFound)
+        assert outcomes == dict.fromkeys([0, 1, 2, 4, 5, 6, 7])
+        got = []
+        while len(got) < 7:
+            batch = adapter.receive(good, max_messages=10, wait=5.0, lease=5.0)
+            assert batch, f"only {sorted(d.message_id for d in got)} arrived"
+            got += batch
+        adapter.ack(got)
+        assert sorted(d.message_id for d in got) == [f"m{i}" for i in (0, 1, 2, 4, 5, 6, 7)]
+    finally:
+        adapter.close()
+
+
 def test_an_early_ack_that_the_broker_did_not_answer_is_stale_not_done(
     rabbitmq_broker: BrokerHandle,
 ) -> None:

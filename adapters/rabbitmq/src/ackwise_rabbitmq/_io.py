@@ -15,7 +15,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -39,12 +39,25 @@ T = TypeVar("T")
 _CALL_SLACK = 30.0
 
 
-class _Call:
-    __slots__ = ("detached", "done", "error", "fn", "result")
+#: A message to publish: exchange, routing key, body, properties.
+Publish = tuple[str, str, bytes, Any]
 
-    def __init__(self, fn: Callable[[], Any], *, detached: bool = False) -> None:
+
+class _Call:
+    __slots__ = ("detached", "done", "error", "fn", "publish", "result")
+
+    def __init__(
+        self,
+        fn: Callable[[], Any],
+        *,
+        detached: bool = False,
+        publish: Sequence[Publish] | None = None,
+    ) -> None:
         self.fn = fn
         self.detached = detached  # nobody waits for it: its error is logged
+        #: A confirmed publish of these messages: publishes queued together share one wait
+        #: for their confirms (:meth:`_IOThread._run_calls`).
+        self.publish = publish
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -90,6 +103,10 @@ class _IOThread(Adapter):
     @abc.abstractmethod
     def _watch_publishing(self, ch: BlockingChannel) -> None:
         """Make ``ch`` a publishing channel: confirms and returns reach their callbacks."""
+
+    @abc.abstractmethod
+    def _publish_batches(self, batches: Sequence[Sequence[Publish]]) -> list[BaseException | None]:
+        """Publish every batch, wait once for all their confirms, and say how each ended."""
 
     def _begin_generation(self) -> None:
         """A new connection is up: forget what belonged to the previous one (lock held)."""
@@ -213,6 +230,15 @@ class _IOThread(Adapter):
                 if not self._calls:
                     return
                 call = self._calls.popleft()
+                group = [call]
+                if call.publish is not None:
+                    # Publishes from several threads that queued up while the last confirm
+                    # was awaited: one round trip confirms them all.
+                    while self._calls and self._calls[0].publish is not None:
+                        group.append(self._calls.popleft())
+            if len(group) > 1:
+                self._run_publishes(group)
+                continue
             try:
                 call.result = call.fn()
             except BaseException as exc:
@@ -224,6 +250,34 @@ class _IOThread(Adapter):
                     call.done.set()
                     raise
             call.done.set()
+
+    def _run_publishes(self, group: list[_Call]) -> None:
+        """Run publish calls together: all their messages go out, then one wait for every
+        confirm; each call gets its own outcome."""
+        try:
+            outcomes = self._publish_batches([c.publish or () for c in group])
+        except BaseException as exc:
+            for call in group:
+                call.error = exc
+                call.done.set()
+            conn = self._conn
+            if conn is None or not conn.is_open or isinstance(exc, _ConnectionLost):
+                raise
+            return
+        for call, outcome in zip(group, outcomes, strict=True):
+            call.error = outcome
+            call.done.set()
+
+    def publish_call(self, items: Sequence[Publish]) -> None:
+        """Publish ``items`` on the I/O thread, confirmed (see :meth:`_run_calls`)."""
+        self._call(lambda: self._publish_now(items), publish=items)
+
+    def _publish_now(self, items: Sequence[Publish]) -> None:
+        """Publish ``items`` with ``mandatory`` and wait for every confirm (I/O thread): one
+        round trip for them all."""
+        error = self._publish_batches([items])[0]
+        if error is not None:
+            raise error
 
     def _post(self, fn: Callable[[], None]) -> None:
         """Hand ``fn`` to the I/O thread and return at once (its errors are logged)."""
@@ -243,14 +297,20 @@ class _IOThread(Adapter):
             except Exception as exc:
                 raise BrokerUnavailable(f"{self.settings.where}: connection closed") from exc
 
-    def _call(self, fn: Callable[[], T], timeout: float | None = None) -> T:
+    def _call(
+        self,
+        fn: Callable[[], T],
+        timeout: float | None = None,
+        *,
+        publish: Sequence[Publish] | None = None,
+    ) -> T:
         """Run ``fn`` on the I/O thread and return its result (errors mapped).
 
         A connection that was lost (not closed by the caller) is opened again first, once:
         a producer or an inspector needs no receipts of the old one.  ``receive`` does not
         come here: a consumer learns of the loss and reconnects with its backoff.
         """
-        call = _Call(fn)
+        call = _Call(fn, publish=publish)
         with self._lock:
             lost = not self._alive and self._thread is not None and not self._user_closed
         if lost:

@@ -24,6 +24,7 @@ from ackwise.errors import (
     TransientAdapterError,
 )
 from ackwise_rabbitmq import _pika_private
+from ackwise_rabbitmq._io import Publish
 from ackwise_rabbitmq._messages import H_ATTEMPT, H_DEAD_AT, H_REASON, MAX_MESSAGE_SIZE
 from ackwise_rabbitmq._topology import MAX_DELAY_MS, _bits, _Topology
 
@@ -38,7 +39,7 @@ class _Publishing(_Topology):
         self._seq = 0
         self._unconfirmed: set[int] = set()
         self._nacked: set[int] = set()
-        self._returned: list[tuple[str, str]] = []
+        self._returned: list[tuple[str, str]] = []  # (message id, why), of the last wait
 
     def _begin_generation(self) -> None:
         self._seq = 0
@@ -62,10 +63,12 @@ class _Publishing(_Topology):
         self._returned.append((str(properties.message_id), str(method.reply_text)))
 
     # -- publishing (I/O thread) -----------------------------------------------------------
-    def _publish_now(self, items: Sequence[tuple[str, str, bytes, Any]]) -> None:
-        """Publish with ``mandatory`` and wait for every confirm (I/O thread).
+    def _publish_batches(self, batches: Sequence[Sequence[Publish]]) -> list[BaseException | None]:
+        """Publish every batch with ``mandatory``, wait once for all the confirms (I/O
+        thread), and return each batch's error (``None``: all of it confirmed).
 
-        The publishes are pipelined: one round trip for the whole batch.
+        A batch's error: the channel closed or the confirm did not come in time (whether it was
+        stored is unknown), a message no queue took, or one the broker refused.
         """
         ch = self._publish_ch
         conn = self._conn
@@ -76,12 +79,15 @@ class _Publishing(_Topology):
             self._seq = 0
             self._unconfirmed.clear()
         self._returned.clear()
-        first = self._seq + 1
-        for exchange, key, body, props in items:
-            _pika_private.send_publish(ch, exchange, key, body, props, mandatory=True)
-            self._seq += 1
-            self._unconfirmed.add(self._seq)
-        mine = set(range(first, self._seq + 1))
+        spans: list[set[int]] = []
+        for items in batches:
+            first = self._seq + 1
+            for exchange, key, body, props in items:
+                _pika_private.send_publish(ch, exchange, key, body, props, mandatory=True)
+                self._seq += 1
+                self._unconfirmed.add(self._seq)
+            spans.append(set(range(first, self._seq + 1)))
+        mine = set().union(*spans)
         timed_out: list[bool] = []
         with _pika_private.io_timer(
             conn, self.settings.confirm_timeout, lambda: timed_out.append(True)
@@ -89,31 +95,50 @@ class _Publishing(_Topology):
             _pika_private.flush(
                 conn, lambda: not (self._unconfirmed & mine) or bool(timed_out) or not ch.is_open
             )
-        if not ch.is_open:
-            raise TransientAdapterError(
+        closed = not ch.is_open
+        unconfirmed = self._unconfirmed & mine
+        self._unconfirmed -= mine
+        nacked = self._nacked & mine
+        self._nacked -= mine
+        returned = dict(self._returned)
+        self._returned.clear()
+        return [
+            self._outcome(items, span, closed, unconfirmed, nacked, returned)
+            for items, span in zip(batches, spans, strict=True)
+        ]
+
+    def _outcome(
+        self,
+        items: Sequence[Publish],
+        span: set[int],
+        closed: bool,
+        unconfirmed: set[int],
+        nacked: set[int],
+        returned: dict[str, str],
+    ) -> BaseException | None:
+        """How one batch of :meth:`_publish_batches` ended."""
+        if closed:
+            return TransientAdapterError(
                 f"{self.settings.where}: the publishing channel closed before RabbitMQ "
                 "confirmed; whether the messages were stored is unknown"
             )
-        if self._unconfirmed & mine:
-            self._unconfirmed -= mine
-            raise TransientAdapterError(
-                f"{self.settings.where}: RabbitMQ did not confirm {len(mine)} message(s) within "
+        if span & unconfirmed:
+            return TransientAdapterError(
+                f"{self.settings.where}: RabbitMQ did not confirm {len(span)} message(s) within "
                 f"{self.settings.confirm_timeout}s; whether they were stored is unknown"
             )
-        nacked = self._nacked & mine
-        self._nacked -= mine
-        if self._returned:
-            ids = ", ".join(sorted({i for i, _ in self._returned}))
-            why = self._returned[0][1]
-            self._returned.clear()
-            raise QueueNotFound(
-                f"{self.settings.where}: RabbitMQ could not route message(s) {ids} ({why}): "
-                "the queue does not exist (declare it first); nothing was stored"
+        ids = sorted({str(props.message_id) for *_, props in items} & returned.keys())
+        if ids:
+            return QueueNotFound(
+                f"{self.settings.where}: RabbitMQ could not route message(s) {', '.join(ids)} "
+                f"({returned[ids[0]]}): the queue does not exist (declare it first); nothing "
+                "was stored"
             )
-        if nacked:
-            raise PermanentAdapterError(
-                f"{self.settings.where}: RabbitMQ refused (nacked) {len(nacked)} message(s)"
+        if span & nacked:
+            return PermanentAdapterError(
+                f"{self.settings.where}: RabbitMQ refused (nacked) {len(span & nacked)} message(s)"
             )
+        return None
 
     # -- producing -------------------------------------------------------------------------
     def _properties(
@@ -153,8 +178,7 @@ class _Publishing(_Topology):
             return
         self._check_name(queue)
         self._check(messages)
-        items = [self._route(queue, m) for m in messages]
-        self._call(lambda: self._publish_now(items))
+        self.publish_call([self._route(queue, m) for m in messages])
 
     def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
         if not messages:
@@ -163,10 +187,12 @@ class _Publishing(_Topology):
         self._check(messages)
         now = time.time()
         dead = self._aux(queue, "dead")
-        items = [
-            ("", dead, m.body, self._dead_props(m.id, reason, now, 1, m.priority)) for m in messages
-        ]
-        self._call(lambda: self._publish_now(items))
+        self.publish_call(
+            [
+                ("", dead, m.body, self._dead_props(m.id, reason, now, 1, m.priority))
+                for m in messages
+            ]
+        )
 
     def _dead_props(
         self, message_id: str, reason: str, at: float, attempt: int, priority: int = 0
