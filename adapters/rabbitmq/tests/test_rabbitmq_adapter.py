@@ -162,6 +162,41 @@ def test_publishes_from_many_threads_share_a_confirm_wait_and_keep_their_own_out
         adapter.close()
 
 
+def test_an_app_shared_by_producer_threads_publishes_every_call_once(rabbitmq_url: str) -> None:
+    """The app's producer publishes outside its lock on RabbitMQ (``concurrent_publish``):
+    eight threads sending at once, every message is stored once."""
+    import threading
+
+    queue = _queue()
+    app = App("threads", broker=rabbitmq_url)
+
+    @app.task(name="t", queue=queue)
+    def t(i: int, j: int) -> None:
+        pass
+
+    assert app.capabilities.concurrent_publish
+    threads = [
+        threading.Thread(target=lambda i=i: [t.delay(i, j) for j in range(25)]) for i in range(8)
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    adapter = _adapter(rabbitmq_url)
+    try:
+        got: list[Any] = []
+        while len(got) < 200:
+            batch = adapter.receive(queue, max_messages=50, wait=5.0, lease=5.0)
+            assert batch, f"only {len(got)} of 200 arrived"
+            got += batch
+        adapter.ack(got)
+        assert len({d.message_id for d in got}) == 200
+        assert adapter.receive(queue, max_messages=1, wait=0.5, lease=5.0) == []
+    finally:
+        adapter.close()
+        app.close()
+
+
 def test_an_early_ack_that_the_broker_did_not_answer_is_stale_not_done(
     rabbitmq_broker: BrokerHandle,
 ) -> None:

@@ -495,6 +495,14 @@ class App:
             enlisted.publish(queue, messages)
             return
         producer = self._producer_adapter()
+        if producer.capabilities.concurrent_publish:
+            if queue not in self._declared:
+                with self._lock:
+                    if queue not in self._declared:
+                        producer.declare(QueueSpec(queue))
+                        self._declared.add(queue)
+            producer.publish(queue, messages)  # threads publishing at once share round trips
+            return
         with self._lock:
             if queue not in self._declared:
                 producer.declare(QueueSpec(queue))

@@ -118,6 +118,11 @@ class Capabilities:
     #: False: the adapter refuses a priority above 0 (SQS has no priorities, a RabbitMQ
     #: quorum queue none before RabbitMQ 4).
     priorities: bool = False
+    #: ``publish()`` may be called from several threads at once on one adapter instance, and
+    #: calls that overlap share broker round trips (RabbitMQ: one wait for all their
+    #: confirms).  The app's producer then publishes outside its lock.  False: one publish
+    #: at a time (adapters need not be thread-safe).
+    concurrent_publish: bool = False
 
     def holds_delay(self, delay: float) -> bool:
         """Whether the broker can hold a message ``delay`` seconds before it is delivered."""

@@ -110,6 +110,8 @@ class RabbitMQAdapter(_Browsing, _Consuming, _Publishing, _Topology, _IOThread):
         deep_prefetch=True,
         # basic.qos counts a delivery until its ack arrives.
         push_window=True,
+        # Publishes queue for the connection; those that overlap share a confirm wait.
+        concurrent_publish=True,
     )
 
     def __init__(self, url: BrokerURL) -> None:

@@ -107,6 +107,7 @@ class _Consuming(_Publishing):
     ) -> Sequence[Delivery]:
         if max_messages <= 0:
             return []
+        self._consuming = True  # the I/O thread turns the loop without pause from now on
         self._ensure_open()
         raws = self._take(queue, max_messages)
         if not raws:

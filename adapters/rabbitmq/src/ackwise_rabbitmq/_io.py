@@ -37,6 +37,9 @@ T = TypeVar("T")
 
 #: How long a call waits for the I/O thread beyond its own timeouts.
 _CALL_SLACK = 30.0
+#: While nothing consumes, the I/O thread turns the loop (heartbeats, what the broker sent)
+#: at least this often (seconds) and callers run their calls themselves in between.
+_PRODUCER_TURN = 0.5
 
 
 #: A message to publish: exchange, routing key, body, properties.
@@ -98,6 +101,13 @@ class _IOThread(Adapter):
         self._admin_ch: BlockingChannel | None = None
         self._consume_closed: str | None = None
         self._last_turn = 0.0  # when the I/O loop last took in what the socket held
+        #: Held by whoever touches the connection: the I/O thread as it turns the loop, or,
+        #: while nothing consumes, a caller running calls itself (:meth:`_call`).
+        self._io = threading.Lock()
+        #: Something consumes on this connection (a ``receive`` came): deliveries arrive at
+        #: any time, so the I/O thread turns the loop without pause and runs every call.
+        self._consuming = False
+        self._wake = threading.Event()  # wakes the I/O thread between its producer turns
 
     # -- what the parts keep of a connection (I/O thread) ----------------------------------
     @abc.abstractmethod
@@ -154,6 +164,7 @@ class _IOThread(Adapter):
         with self._lock:
             self._closing = True
             conn = self._conn
+        self._wake.set()
         if conn is not None and thread.is_alive():
             try:
                 conn.add_callback_threadsafe(_noop)
@@ -188,11 +199,16 @@ class _IOThread(Adapter):
         error: BaseException | None = None
         try:
             while not self._closing:
-                conn.process_data_events(time_limit=0.5)
-                self._last_turn = time.monotonic()
-                self._run_calls()
-                if self._consume_closed is not None:
-                    raise _ConnectionLost(self._consume_closed)
+                consuming = self._consuming
+                self._wake.clear()
+                with self._io:
+                    conn.process_data_events(time_limit=0.5 if consuming else 0)
+                    self._last_turn = time.monotonic()
+                    self._run_calls()
+                    if self._consume_closed is not None:
+                        raise _ConnectionLost(self._consume_closed)
+                if not consuming and not self._calls:
+                    self._wake.wait(_PRODUCER_TURN)
         except BaseException as exc:
             error = exc
         self._shutdown(conn, error)
@@ -224,8 +240,9 @@ class _IOThread(Adapter):
         except Exception:
             log.debug("closing the connection failed", exc_info=True)
 
-    def _run_calls(self) -> None:
-        while True:
+    def _run_calls(self, until: _Call | None = None) -> None:
+        """Run the queued calls (holding :attr:`_io`), all of them or until ``until`` is done."""
+        while until is None or not until.done.is_set():
             with self._lock:
                 if not self._calls:
                     return
@@ -292,10 +309,37 @@ class _IOThread(Adapter):
             conn = self._conn
         if wake:
             assert conn is not None
-            try:
-                conn.add_callback_threadsafe(_noop)
-            except Exception as exc:
-                raise BrokerUnavailable(f"{self.settings.where}: connection closed") from exc
+            self._wake_io_thread(conn)
+
+    def _wake_io_thread(self, conn: BlockingConnection) -> None:
+        """Have the I/O thread turn now: out of its wait for the socket, or between turns."""
+        self._wake.set()
+        try:
+            conn.add_callback_threadsafe(_noop)
+        except Exception as exc:
+            raise BrokerUnavailable(f"{self.settings.where}: connection closed") from exc
+
+    def _run_own_call(self, call: _Call) -> bool:
+        """While nothing consumes, run ``call`` on this thread if the connection is free
+        (no hand-off to the I/O thread and back): with the calls queued before it, until it
+        is done.  Calls queued meanwhile are the I/O thread's.  Whether it ran here."""
+        if self._consuming or not self._io.acquire(blocking=False):
+            return False
+        try:
+            if self._consuming:  # a receive began meanwhile: the I/O thread's from now on
+                return False
+            self._run_calls(until=call)
+        except BaseException as exc:
+            # The connection broke under a call: the I/O thread's next turn finds it closed
+            # and shuts down.
+            if not call.done.is_set():
+                call.error = exc
+                call.done.set()
+        finally:
+            self._io.release()
+            if self._calls or not call.done.is_set():
+                self._wake.set()
+        return call.done.is_set()
 
     def _call(
         self,
@@ -304,7 +348,8 @@ class _IOThread(Adapter):
         *,
         publish: Sequence[Publish] | None = None,
     ) -> T:
-        """Run ``fn`` on the I/O thread and return its result (errors mapped).
+        """Run ``fn`` on the I/O thread, or while nothing consumes on this thread when the
+        connection is free (:meth:`_run_own_call`), and return its result (errors mapped).
 
         A connection that was lost (not closed by the caller) is opened again first, once:
         a producer or an inspector needs no receipts of the old one.  ``receive`` does not
@@ -323,10 +368,8 @@ class _IOThread(Adapter):
             self._calls.append(call)
             conn = self._conn
         assert conn is not None
-        try:
-            conn.add_callback_threadsafe(_noop)
-        except Exception as exc:
-            raise BrokerUnavailable(f"{self.settings.where}: connection closed") from exc
+        if not self._run_own_call(call):
+            self._wake_io_thread(conn)
         limit = (timeout or self.settings.confirm_timeout) + _CALL_SLACK
         deadline = time.monotonic() + limit
         while not call.done.wait(0.5):
