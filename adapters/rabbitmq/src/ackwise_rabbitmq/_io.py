@@ -312,8 +312,15 @@ class _IOThread(Adapter):
             self._wake_io_thread(conn)
 
     def _wake_io_thread(self, conn: BlockingConnection) -> None:
-        """Have the I/O thread turn now: out of its wait for the socket, or between turns."""
+        """Have the I/O thread turn now: out of its wait for the socket, or between turns.
+
+        Only a consuming I/O thread waits for the socket (0.5 s turns); otherwise it never
+        blocks there but between its turns, or in a confirm wait of its own, after which it
+        runs what queued up anyway (the socket wake-up costs more than the publish).
+        """
         self._wake.set()
+        if not self._consuming:
+            return
         try:
             conn.add_callback_threadsafe(_noop)
         except Exception as exc:
