@@ -78,11 +78,11 @@ class Executor:
     ahead = 0
 
     def waiting(self) -> int:
-        """Jobs submitted that have not started yet."""
+        """Jobs submitted beyond the idle slots, waiting for one (not started)."""
         return 0
 
     def withdraw(self, job_ids: Sequence[int]) -> list[int]:
-        """Take back those of ``job_ids`` that have not started; return their ids."""
+        """Take back those of ``job_ids`` that wait for a slot; return their ids."""
         return []
 
 
@@ -91,6 +91,7 @@ class ThreadExecutor(Executor):
 
     Jobs beyond the idle threads (:attr:`~Executor.ahead`) wait in the job queue; a thread
     takes the next one as it finishes, and a job withdrawn before a thread took it is skipped.
+    A job handed to an idle thread has started, whether or not that thread took it yet.
     """
 
     kind = "threads"
@@ -118,7 +119,15 @@ class ThreadExecutor(Executor):
         return self.concurrency + self.ahead - self._busy
 
     def waiting(self) -> int:
-        return len(self._waiting)
+        with self._lock:
+            return len(self._queued())
+
+    def _queued(self) -> list[int]:
+        """Jobs submitted beyond the idle threads, newest last (lock held).  The oldest
+        submitted jobs an idle thread is about to take count as started: a job handed to an
+        idle thread is never withdrawn."""
+        idle = self.concurrency - (self._busy - len(self._waiting))
+        return list(self._waiting)[max(0, idle) :]
 
     def submit(self, job: Job) -> None:
         with self._lock:
@@ -128,7 +137,8 @@ class ThreadExecutor(Executor):
 
     def withdraw(self, job_ids: Sequence[int]) -> list[int]:
         with self._lock:
-            taken = [i for i in job_ids if self._waiting.pop(i, None) is not None]
+            queued = set(self._queued())
+            taken = [i for i in job_ids if i in queued and self._waiting.pop(i, None) is not None]
             self._busy -= len(taken)
         return taken
 
