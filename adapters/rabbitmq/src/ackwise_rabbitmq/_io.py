@@ -108,6 +108,9 @@ class _IOThread(Adapter):
         #: any time, so the I/O thread turns the loop without pause and runs every call.
         self._consuming = False
         self._wake = threading.Event()  # wakes the I/O thread between its producer turns
+        #: The connection's holder is publishing and waits for confirms on the socket: a
+        #: publish queued meanwhile wakes it there to go out at once (:meth:`_run_publishes`).
+        self._streaming = False
 
     # -- what the parts keep of a connection (I/O thread) ----------------------------------
     @abc.abstractmethod
@@ -115,8 +118,11 @@ class _IOThread(Adapter):
         """Make ``ch`` a publishing channel: confirms and returns reach their callbacks."""
 
     @abc.abstractmethod
-    def _publish_batches(self, batches: Sequence[Sequence[Publish]]) -> list[BaseException | None]:
-        """Publish every batch, wait once for all their confirms, and say how each ended."""
+    def _publish_stream(
+        self, calls: Sequence[Any], more: Callable[[], Sequence[Any]], taking: Callable[[], bool]
+    ) -> None:
+        """Publish the calls' messages and those queued meanwhile; complete each call as its
+        own confirms arrive."""
 
     def _begin_generation(self) -> None:
         """A new connection is up: forget what belonged to the previous one (lock held)."""
@@ -247,14 +253,8 @@ class _IOThread(Adapter):
                 if not self._calls:
                     return
                 call = self._calls.popleft()
-                group = [call]
-                if call.publish is not None:
-                    # Publishes from several threads that queued up while the last confirm
-                    # was awaited: one round trip confirms them all.
-                    while self._calls and self._calls[0].publish is not None:
-                        group.append(self._calls.popleft())
-            if len(group) > 1:
-                self._run_publishes(group)
+            if call.publish is not None:
+                self._run_publishes(call, until)
                 continue
             try:
                 call.result = call.fn()
@@ -268,22 +268,37 @@ class _IOThread(Adapter):
                     raise
             call.done.set()
 
-    def _run_publishes(self, group: list[_Call]) -> None:
-        """Run publish calls together: all their messages go out, then one wait for every
-        confirm; each call gets its own outcome."""
+    def _run_publishes(self, call: _Call, until: _Call | None) -> None:
+        """Run ``call`` and the publish calls that queue up behind it while confirms are
+        awaited (publishes from several threads): their messages go out as they come, each
+        call is completed by its own confirms.  Behind ``until`` (a caller running its own
+        call), no more are taken once it is done: they are the I/O thread's."""
+        self._streaming = True
         try:
-            outcomes = self._publish_batches([c.publish or () for c in group])
-        except BaseException as exc:
-            for call in group:
-                call.error = exc
-                call.done.set()
+            self._publish_stream(
+                [call],
+                self._take_publishes,
+                lambda: until is None or not until.done.is_set(),
+            )
+        except BaseException:
             conn = self._conn
-            if conn is None or not conn.is_open or isinstance(exc, _ConnectionLost):
+            if conn is None or not conn.is_open:
                 raise
-            return
-        for call, outcome in zip(group, outcomes, strict=True):
-            call.error = outcome
-            call.done.set()
+        finally:
+            self._streaming = False
+
+    def _publish_waiting(self) -> bool:
+        """A publish call is first in the queue."""
+        calls = self._calls
+        return bool(calls) and calls[0].publish is not None
+
+    def _take_publishes(self) -> list[_Call]:
+        """The publish calls at the head of the queue (a call of another kind stops them)."""
+        taken = []
+        with self._lock:
+            while self._calls and self._calls[0].publish is not None:
+                taken.append(self._calls.popleft())
+        return taken
 
     def publish_call(self, items: Sequence[Publish]) -> None:
         """Publish ``items`` on the I/O thread, confirmed (see :meth:`_run_calls`)."""
@@ -292,9 +307,10 @@ class _IOThread(Adapter):
     def _publish_now(self, items: Sequence[Publish]) -> None:
         """Publish ``items`` with ``mandatory`` and wait for every confirm (I/O thread): one
         round trip for them all."""
-        error = self._publish_batches([items])[0]
-        if error is not None:
-            raise error
+        call = _Call(_noop, publish=items)
+        self._publish_stream([call], list, lambda: False)
+        if call.error is not None:
+            raise call.error
 
     def _post(self, fn: Callable[[], None]) -> None:
         """Hand ``fn`` to the I/O thread and return at once (its errors are logged)."""
@@ -314,12 +330,12 @@ class _IOThread(Adapter):
     def _wake_io_thread(self, conn: BlockingConnection) -> None:
         """Have the I/O thread turn now: out of its wait for the socket, or between turns.
 
-        Only a consuming I/O thread waits for the socket (0.5 s turns); otherwise it never
-        blocks there but between its turns, or in a confirm wait of its own, after which it
-        runs what queued up anyway (the socket wake-up costs more than the publish).
+        Only a consuming I/O thread waits for the socket (0.5 s turns), and a holder of the
+        connection awaiting confirms (which sends a queued publish at once); otherwise the
+        I/O thread waits between its turns only.
         """
         self._wake.set()
-        if not self._consuming:
+        if not (self._consuming or self._streaming):
             return
         try:
             conn.add_callback_threadsafe(_noop)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pika
@@ -63,13 +63,14 @@ class _Publishing(_Topology):
         self._returned.append((str(properties.message_id), str(method.reply_text)))
 
     # -- publishing (I/O thread) -----------------------------------------------------------
-    def _publish_batches(self, batches: Sequence[Sequence[Publish]]) -> list[BaseException | None]:
-        """Publish every batch with ``mandatory``, wait once for all the confirms (I/O
-        thread), and return each batch's error (``None``: all of it confirmed).
-
-        A batch's error: the channel closed or the confirm did not come in time (whether it was
-        stored is unknown), a message no queue took, or one the broker refused.
-        """
+    def _publish_stream(
+        self, calls: Sequence[Any], more: Callable[[], Sequence[Any]], taking: Callable[[], bool]
+    ) -> None:
+        """Publish the messages of ``calls`` (publish calls, :class:`~._io._Call`), and of
+        those :meth:`more` hands over while earlier ones await their confirms (while
+        ``taking()``): each call is completed the moment its own messages are confirmed, with
+        its own outcome (I/O thread, or the caller that holds the connection).  Confirms of
+        several calls share round trips, and a call never waits for one sent after it."""
         ch = self._publish_ch
         conn = self._conn
         assert conn is not None
@@ -79,33 +80,66 @@ class _Publishing(_Topology):
             self._seq = 0
             self._unconfirmed.clear()
         self._returned.clear()
-        spans: list[set[int]] = []
-        for items in batches:
-            first = self._seq + 1
-            for exchange, key, body, props in items:
-                _pika_private.send_publish(ch, exchange, key, body, props, mandatory=True)
-                self._seq += 1
-                self._unconfirmed.add(self._seq)
-            spans.append(set(range(first, self._seq + 1)))
-        mine = set().union(*spans)
+        timeout = self.settings.confirm_timeout
+        inflight: list[tuple[Any, set[int], float]] = []
+
+        def send(batch: Sequence[Any]) -> None:
+            for call in batch:
+                first = self._seq + 1
+                for exchange, key, body, props in call.publish:
+                    _pika_private.send_publish(ch, exchange, key, body, props, mandatory=True)
+                    self._seq += 1
+                    self._unconfirmed.add(self._seq)
+                inflight.append(
+                    (call, set(range(first, self._seq + 1)), time.monotonic() + timeout)
+                )
+
+        def settled() -> bool:
+            return any(not (span & self._unconfirmed) for _, span, _ in inflight)
+
+        send(calls)
         timed_out: list[bool] = []
-        with _pika_private.io_timer(
-            conn, self.settings.confirm_timeout, lambda: timed_out.append(True)
-        ):
-            _pika_private.flush(
-                conn, lambda: not (self._unconfirmed & mine) or bool(timed_out) or not ch.is_open
-            )
-        closed = not ch.is_open
-        unconfirmed = self._unconfirmed & mine
-        self._unconfirmed -= mine
-        nacked = self._nacked & mine
-        self._nacked -= mine
-        returned = dict(self._returned)
-        self._returned.clear()
-        return [
-            self._outcome(items, span, closed, unconfirmed, nacked, returned)
-            for items, span in zip(batches, spans, strict=True)
-        ]
+        try:
+            while inflight:
+                timed_out.clear()
+                left = max(0.0, min(d for *_, d in inflight) - time.monotonic())
+                with _pika_private.io_timer(conn, left, lambda: timed_out.append(True)):
+                    _pika_private.flush(
+                        conn,
+                        lambda: (
+                            settled()
+                            or bool(timed_out)
+                            or not ch.is_open
+                            or (taking() and self._publish_waiting())
+                        ),
+                    )
+                closed, now = not ch.is_open, time.monotonic()
+                returned = dict(self._returned)
+                keep = []
+                for call, span, deadline in inflight:
+                    if not closed and span & self._unconfirmed and now < deadline:
+                        keep.append((call, span, deadline))
+                        continue
+                    unconfirmed = span & self._unconfirmed
+                    self._unconfirmed -= span
+                    nacked = span & self._nacked
+                    self._nacked -= span
+                    call.error = self._outcome(
+                        call.publish, span, closed, unconfirmed, nacked, returned
+                    )
+                    call.done.set()
+                inflight = keep
+                if closed:
+                    break
+                if taking():
+                    send(more())
+        except BaseException as exc:
+            for call, *_ in inflight:
+                call.error = exc
+                call.done.set()
+            raise
+        finally:
+            self._returned.clear()
 
     def _outcome(
         self,
@@ -116,7 +150,8 @@ class _Publishing(_Topology):
         nacked: set[int],
         returned: dict[str, str],
     ) -> BaseException | None:
-        """How one batch of :meth:`_publish_batches` ended."""
+        """How one call of :meth:`_publish_stream` ended: its messages ``items``, their
+        sequence numbers ``span``."""
         if closed:
             return TransientAdapterError(
                 f"{self.settings.where}: the publishing channel closed before RabbitMQ "
