@@ -220,3 +220,26 @@ def test_envelope_round_trip_and_version():
         _envelope.decode(b"\x00garbage")
     with pytest.raises(DecodeError):
         _envelope.decode(b'{"v":1,"id":"x"}')
+
+
+def test_message_ids_ignore_random_seed_and_differ_in_a_forked_child() -> None:
+    import os
+    import random
+
+    from ackwise import _envelope
+
+    random.seed(0)
+    first = _envelope.new_id()
+    random.seed(0)
+    assert _envelope.new_id() != first  # the app's seeding does not repeat our ids
+    assert len(first) == 32 and int(first, 16) >= 0
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(w, _envelope.new_id().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(r, 64).decode()
+    os.close(r)
+    os.close(w)
+    assert child != _envelope.new_id()  # the child's generator was seeded again

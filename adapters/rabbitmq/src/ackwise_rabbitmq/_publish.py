@@ -84,15 +84,14 @@ class _Publishing(_Topology):
         inflight: list[tuple[Any, set[int], float]] = []
 
         def send(batch: Sequence[Any]) -> None:
+            deadline = time.monotonic() + timeout
             for call in batch:
                 first = self._seq + 1
                 for exchange, key, body, props in call.publish:
                     _pika_private.send_publish(ch, exchange, key, body, props, mandatory=True)
                     self._seq += 1
                     self._unconfirmed.add(self._seq)
-                inflight.append(
-                    (call, set(range(first, self._seq + 1)), time.monotonic() + timeout)
-                )
+                inflight.append((call, set(range(first, self._seq + 1)), deadline))
 
         def settled() -> bool:
             return any(not (span & self._unconfirmed) for _, span, _ in inflight)
