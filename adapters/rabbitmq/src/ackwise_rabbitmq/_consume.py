@@ -87,6 +87,7 @@ class _Consuming(_Publishing):
         # queue -> its consumers (their windows add up), this generation:
         self._consumers: dict[str, list[_Consumer]] = {}
         self._qos = 0  # owned by the I/O thread
+        self._receivers_waiting = 0  # receives waiting for a push (guarded by ``_lock``)
 
     def _begin_generation(self) -> None:
         self._qos = 0
@@ -150,7 +151,11 @@ class _Consuming(_Publishing):
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:
                             break
-                        self._lock.wait(remaining)
+                        self._receivers_waiting += 1
+                        try:
+                            self._lock.wait(remaining)
+                        finally:
+                            self._receivers_waiting -= 1
                 self._ensure_open()
             raws = self._take(queue, max_messages)
         now = time.time()
@@ -205,8 +210,13 @@ class _Consuming(_Publishing):
             )
             with self._lock:
                 consumer.outstanding += 1
+                handover = not inbox and self._receivers_waiting > 0
                 inbox.append(raw)
                 self._lock.notify_all()
+            if handover:
+                # The receiver just woken waits for the GIL, which this thread would hold
+                # until its next wait on the socket: hand it over now (a task's start sooner).
+                time.sleep(0)
 
         # The channel's own consume-ok slot, as BlockingChannel.basic_consume uses it; the
         # consumer itself is the impl's, so that its deliveries come straight to the inbox
