@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from embedded import cpu_model, git  # bench/ is the script's directory: first on sys.path
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 
@@ -82,21 +84,6 @@ SOAK = Bench(
 
 #: The sections of a results file that say how ackwise compares (copied into RESULTS.md).
 _SUMMARY = re.compile(r"^## (Targets|Target|Ratios)\b.*$", re.MULTILINE)
-
-
-def git(*args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
-    return done.stdout.strip()
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def summary(text: str) -> str:

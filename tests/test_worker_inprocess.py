@@ -452,9 +452,10 @@ def _blocked_with_waiting(app: App, w: Any, waiting: int) -> None:
         time.sleep(0.01)
 
 
-def test_a_graceful_stop_returns_jobs_waiting_in_the_pool_unstarted(app):
+def _block_and_after(app: App) -> tuple[threading.Event, list[int], Any, Any]:
+    """Tasks ``block`` (waits for the event) and ``after(i)`` (records ``i`` in the list)."""
     release = threading.Event()
-    ran = []
+    ran: list[int] = []
 
     @app.task(name="block")
     def block() -> None:
@@ -464,6 +465,11 @@ def test_a_graceful_stop_returns_jobs_waiting_in_the_pool_unstarted(app):
     def after(i: int) -> None:
         ran.append(i)
 
+    return release, ran, block, after
+
+
+def test_a_graceful_stop_returns_jobs_waiting_in_the_pool_unstarted(app):
+    release, ran, block, after = _block_and_after(app)
     w = ackwise.testing.InProcessWorker(app, concurrency=1, lease=60).start()
     adapter = _adapter(app)
     try:
@@ -545,17 +551,7 @@ def test_jobs_waiting_in_the_pool_whose_lease_moved_on_do_not_start(plugins_serv
     plugins = plugins_serving("leasesmoveon", f"{__name__}:_LeasesMoveOn")
     _LeasesMoveOn.move_on, _LeasesMoveOn.taken_elsewhere = False, []
     app = App("moveon", broker=f"leasesmoveon://{uuid.uuid4().hex[:8]}", plugins=plugins)
-    release = threading.Event()
-    ran = []
-
-    @app.task(name="block")
-    def block() -> None:
-        release.wait(10)
-
-    @app.task(name="after")
-    def after(i: int) -> None:
-        ran.append(i)
-
+    release, ran, block, after = _block_and_after(app)
     w = ackwise.testing.InProcessWorker(app, concurrency=1, lease=0.6).start()
     try:
         _warm_up(app, w)
