@@ -107,7 +107,7 @@ class Ran:
 def run(bench: Bench, runs: int) -> Ran:
     cmd = [sys.executable, str(BENCH_DIR / bench.script), *bench.args]
     if bench.takes_runs:
-        cmd += ["--runs", str(bench.runs or runs), "--out", str(BENCH_DIR / bench.out)]
+        cmd += ["--runs", str(bench.runs or runs), "--out", f"bench/{bench.out}"]  # cwd: the repo
     print(f"== {bench.name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
     load = os.getloadavg()[0]
     started = time.monotonic()
