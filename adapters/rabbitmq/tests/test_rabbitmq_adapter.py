@@ -231,6 +231,32 @@ def test_an_early_ack_that_the_broker_did_not_answer_is_stale_not_done(
         observer.close()
 
 
+def test_a_publish_whose_confirm_does_not_come_fails_within_confirm_timeout(
+    rabbitmq_broker: BrokerHandle,
+) -> None:
+    """Through a fault proxy that swallows every byte, a publish waits ``confirm_timeout``
+    for its confirm, then raises ``TransientAdapterError`` saying the outcome is unknown."""
+    queue = _queue()
+    with FaultProxy(rabbitmq_broker.host, rabbitmq_broker.port).start() as proxy:
+        url = with_options(rabbitmq_broker.url_via(*proxy.address), confirm_timeout=1)
+        adapter = _adapter(url)
+        try:
+            adapter.declare(QueueSpec(queue))
+            adapter.publish(queue, [Outgoing("before", b"x")])  # confirmed: the path works
+            proxy.blackhole(5.0)
+            started = time.monotonic()
+            with pytest.raises(TransientAdapterError, match="did not confirm"):
+                adapter.publish(queue, [Outgoing("cut", b"x")])
+            assert 0.9 < time.monotonic() - started < 3.0
+        finally:
+            adapter.close()
+    cleanup = _adapter(rabbitmq_broker.url)
+    try:
+        cleanup.purge(queue)
+    finally:
+        cleanup.close()
+
+
 def test_worker_returns_prefetched_messages_at_once_on_sigterm(rabbitmq_url: str) -> None:
     queue = _queue()
     app = App("pinned", broker=rabbitmq_url, default_queue=queue)
