@@ -463,7 +463,7 @@ def render(
 
     def ratio_row(name: str, num: str, den: list[str], want: float, lower: bool = False) -> None:
         """``num`` against the best of ``den``: at least ``want`` times its rate, or (``lower``:
-        p99 latencies) at most ``want`` times its p99."""
+        p99 latencies) at most ``want`` times its p99 (``want`` 1.0: strictly below it)."""
         if num not in by or not [d for d in den if d in by]:
             return
         a = by[num]

@@ -491,6 +491,26 @@ def test_a_graceful_stop_returns_jobs_waiting_in_the_pool_unstarted(app):
     assert (st.ready, st.in_flight) == (3, 0)
 
 
+def test_a_cold_stop_returns_jobs_waiting_in_the_pool_and_holds_the_running_one(app):
+    release, ran, block, after = _block_and_after(app)
+    w = ackwise.testing.InProcessWorker(app, concurrency=1, lease=60).start()
+    adapter = _adapter(app)
+    try:
+        _warm_up(app, w)
+        block.delay()
+        app.send_many([after.s(i) for i in range(3)])
+        _blocked_with_waiting(app, w, 3)
+        w.worker.request_stop(cold=True)
+        w.stop()
+        assert ran == []
+        st = adapter.stats("default")
+        # The waiting jobs are back, unstarted; the running LATE task is abandoned: its
+        # message stays leased until its lease runs out (docs/semantics.md, cold stop).
+        assert (st.ready, st.in_flight) == (3, 1)
+    finally:
+        release.set()
+
+
 def test_an_early_acked_task_does_not_wait_in_the_pool(app):
     """At most once: an EARLY task is acked as it starts, so it is handed to the pool only
     when a thread is free; acked and waiting, a crash would lose it unrun."""

@@ -495,18 +495,15 @@ class App:
             enlisted.publish(queue, messages)
             return
         producer = self._producer_adapter()
+        if queue not in self._declared:
+            with self._lock:
+                if queue not in self._declared:
+                    producer.declare(QueueSpec(queue))
+                    self._declared.add(queue)
         if producer.capabilities.concurrent_publish:
-            if queue not in self._declared:
-                with self._lock:
-                    if queue not in self._declared:
-                        producer.declare(QueueSpec(queue))
-                        self._declared.add(queue)
             producer.publish(queue, messages)  # threads publishing at once share round trips
             return
         with self._lock:
-            if queue not in self._declared:
-                producer.declare(QueueSpec(queue))
-                self._declared.add(queue)
             producer.publish(queue, messages)
 
     # -- periodic tasks (docs/periodic.md) -----------------------------------------------------

@@ -120,14 +120,13 @@ class ThreadExecutor(Executor):
 
     def waiting(self) -> int:
         with self._lock:
-            return len(self._queued())
+            return len(self._waiting) - self._taken_next()
 
-    def _queued(self) -> list[int]:
-        """Jobs submitted beyond the idle threads, newest last (lock held).  The oldest
-        submitted jobs an idle thread is about to take count as started: a job handed to an
-        idle thread is never withdrawn."""
+    def _taken_next(self) -> int:
+        """How many of the oldest submitted jobs idle threads are about to take (lock held):
+        those count as started, and a job handed to an idle thread is never withdrawn."""
         idle = self.concurrency - (self._busy - len(self._waiting))
-        return list(self._waiting)[max(0, idle) :]
+        return min(len(self._waiting), max(0, idle))
 
     def submit(self, job: Job) -> None:
         with self._lock:
@@ -137,7 +136,7 @@ class ThreadExecutor(Executor):
 
     def withdraw(self, job_ids: Sequence[int]) -> list[int]:
         with self._lock:
-            queued = set(self._queued())
+            queued = set(list(self._waiting)[self._taken_next() :])
             taken = [i for i in job_ids if i in queued and self._waiting.pop(i, None) is not None]
             self._busy -= len(taken)
         return taken

@@ -58,8 +58,8 @@ class _Call:
     ) -> None:
         self.fn = fn
         self.detached = detached  # nobody waits for it: its error is logged
-        #: A confirmed publish of these messages: publishes queued together share one wait
-        #: for their confirms (:meth:`_IOThread._run_calls`).
+        #: A confirmed publish of these messages: publishes queued behind one another go
+        #: out while earlier ones await their confirms (:meth:`_IOThread._run_publishes`).
         self.publish = publish
         self.done = threading.Event()
         self.result: Any = None
@@ -119,7 +119,10 @@ class _IOThread(Adapter):
 
     @abc.abstractmethod
     def _publish_stream(
-        self, calls: Sequence[Any], more: Callable[[], Sequence[Any]], taking: Callable[[], bool]
+        self,
+        calls: Sequence[_Call],
+        more: Callable[[], Sequence[_Call]],
+        taking: Callable[[], bool],
     ) -> None:
         """Publish the calls' messages and those queued meanwhile; complete each call as its
         own confirms arrive."""

@@ -24,7 +24,7 @@ from ackwise.errors import (
     TransientAdapterError,
 )
 from ackwise_rabbitmq import _pika_private
-from ackwise_rabbitmq._io import Publish
+from ackwise_rabbitmq._io import Publish, _Call
 from ackwise_rabbitmq._messages import H_ATTEMPT, H_DEAD_AT, H_REASON, MAX_MESSAGE_SIZE
 from ackwise_rabbitmq._topology import MAX_DELAY_MS, _bits, _Topology
 
@@ -39,7 +39,7 @@ class _Publishing(_Topology):
         self._seq = 0
         self._unconfirmed: set[int] = set()
         self._nacked: set[int] = set()
-        self._returned: list[tuple[str, str]] = []  # (message id, why), of the last wait
+        self._returned: list[tuple[str, str]] = []  # (message id, why), of this stream
 
     def _begin_generation(self) -> None:
         self._seq = 0
@@ -64,7 +64,10 @@ class _Publishing(_Topology):
 
     # -- publishing (I/O thread) -----------------------------------------------------------
     def _publish_stream(
-        self, calls: Sequence[Any], more: Callable[[], Sequence[Any]], taking: Callable[[], bool]
+        self,
+        calls: Sequence[_Call],
+        more: Callable[[], Sequence[_Call]],
+        taking: Callable[[], bool],
     ) -> None:
         """Publish the messages of ``calls`` (publish calls, :class:`~._io._Call`), and of
         those :meth:`more` hands over while earlier ones await their confirms (while
@@ -81,13 +84,13 @@ class _Publishing(_Topology):
             self._unconfirmed.clear()
         self._returned.clear()
         timeout = self.settings.confirm_timeout
-        inflight: list[tuple[Any, set[int], float]] = []
+        inflight: list[tuple[_Call, set[int], float]] = []
 
-        def send(batch: Sequence[Any]) -> None:
+        def send(batch: Sequence[_Call]) -> None:
             deadline = time.monotonic() + timeout
             for call in batch:
                 first = self._seq + 1
-                for exchange, key, body, props in call.publish:
+                for exchange, key, body, props in call.publish or ():
                     _pika_private.send_publish(ch, exchange, key, body, props, mandatory=True)
                     self._seq += 1
                     self._unconfirmed.add(self._seq)
@@ -124,7 +127,7 @@ class _Publishing(_Topology):
                     nacked = span & self._nacked
                     self._nacked -= span
                     call.error = self._outcome(
-                        call.publish, span, closed, unconfirmed, nacked, returned
+                        call.publish or (), span, closed, unconfirmed, nacked, returned
                     )
                     call.done.set()
                 inflight = keep
