@@ -468,15 +468,22 @@ def _block_and_after(app: App) -> tuple[threading.Event, list[int], Any, Any]:
     return release, ran, block, after
 
 
-def test_a_graceful_stop_returns_jobs_waiting_in_the_pool_unstarted(app):
+def _one_running_three_waiting(app: App) -> tuple[threading.Event, list[int], Any]:
+    """A worker (one thread, lease 60 s) running ``block`` with three ``after`` jobs waiting
+    in its pool: ``(release, ran, worker)``."""
     release, ran, block, after = _block_and_after(app)
     w = ackwise.testing.InProcessWorker(app, concurrency=1, lease=60).start()
+    _warm_up(app, w)
+    block.delay()
+    app.send_many([after.s(i) for i in range(3)])
+    _blocked_with_waiting(app, w, 3)
+    return release, ran, w
+
+
+def test_a_graceful_stop_returns_jobs_waiting_in_the_pool_unstarted(app):
     adapter = _adapter(app)
+    release, ran, w = _one_running_three_waiting(app)
     try:
-        _warm_up(app, w)
-        block.delay()
-        app.send_many([after.s(i) for i in range(3)])
-        _blocked_with_waiting(app, w, 3)
         assert w.worker.running == 1  # the waiting jobs are not counted as running
         w.worker.request_stop()
         deadline = time.monotonic() + 5  # back at once: not after the running task
@@ -492,14 +499,9 @@ def test_a_graceful_stop_returns_jobs_waiting_in_the_pool_unstarted(app):
 
 
 def test_a_cold_stop_returns_jobs_waiting_in_the_pool_and_holds_the_running_one(app):
-    release, ran, block, after = _block_and_after(app)
-    w = ackwise.testing.InProcessWorker(app, concurrency=1, lease=60).start()
     adapter = _adapter(app)
+    release, ran, w = _one_running_three_waiting(app)
     try:
-        _warm_up(app, w)
-        block.delay()
-        app.send_many([after.s(i) for i in range(3)])
-        _blocked_with_waiting(app, w, 3)
         w.worker.request_stop(cold=True)
         w.stop()
         assert ran == []
