@@ -307,9 +307,11 @@ def start_worker(
     queue: str,
     cell: Path,
     python: str | None = None,
+    dramatiq_queue_type: str = "classic",
 ) -> _common.WorkerProc:
     env = dict(WORKER_ENV)
     env.update(RABBIT_BENCH_URL=url, RABBIT_BENCH_QUEUE=queue, RABBIT_BENCH_SYSTEM=system)
+    env.update(RABBIT_BENCH_DRAMATIQ_QUEUE_TYPE=dramatiq_queue_type)
     cmd = _common.worker_cmd("rabbit_tasks", system, config, concurrency, python)
     return _common.start_worker(cmd, env, cell)
 
@@ -344,9 +346,12 @@ def drain(
 
 # -- latency --------------------------------------------------------------------------------
 def latency(b: Broker, system: str, config: str, cell: Path, classic: bool) -> tuple[float, ...]:
-    """(p50 ms, p99 ms, achieved send rate) at a steady RATE, concurrency 1."""
+    """(p50 ms, p99 ms, achieved send rate) at a steady RATE, concurrency 1; ``classic``: on
+    a classic queue (ackwise; Dramatiq's own) rather than a quorum queue (Dramatiq's, set by
+    this bench)."""
     queue = _cell_queue("lat")
     url = _system_url(b, system, classic)
+    dramatiq_queue_type = "classic" if classic else "quorum"
     close: Callable[[], Any]
     if system == "ackwise":
         app = rabbit_tasks.make_ackwise_app(url, queue)
@@ -356,10 +361,10 @@ def latency(b: Broker, system: str, config: str, cell: Path, classic: bool) -> t
         capp = rabbit_tasks.make_celery_app(url, queue)
         send, close = capp.bench_noop.delay, capp.close
     else:
-        broker = rabbit_tasks.make_dramatiq_broker(url, queue)
+        broker = rabbit_tasks.make_dramatiq_broker(url, queue, queue_type=dramatiq_queue_type)
         send, close = broker.bench_noop.send, broker.close
     try:
-        w = start_worker(system, config, 1, url, queue, cell)
+        w = start_worker(system, config, 1, url, queue, cell, None, dramatiq_queue_type)
         return _common.measure_latency(w, send, f"{system} latency")
     finally:
         close()
@@ -442,9 +447,10 @@ def plan(baseline: str | None = None) -> list[Cell]:
     lat = [
         ("ackwise", "threads", False, "threads x1, quorum queue"),
         ("celery", "prefork", False, "prefork x1, acks_late, prefetch x1"),
-        ("dramatiq", "threads", False, "threads x1"),
+        ("dramatiq", "threads", True, "threads x1"),
         ("ackwise-classic", "threads", True, "threads x1, `?queue_type=classic`"),
-    ]
+        ("dramatiq-quorum", "threads", False, "threads x1, its queues declared quorum (not its default)"),
+    ]  # fmt: skip
     for name, config, classic, text in lat:
         system = name.split("-")[0]
         cells.append(
@@ -505,16 +511,21 @@ def _ratio_rows(cells: list[Cell]) -> list[str]:
         row(f"drain, concurrency {n}, vs the best peer", f"drain-ackwise-{n}", peers)
         row(f"drain, concurrency {n}, ackwise on a classic queue (extra)",
             f"drain-ackwise-classic-{n}", peers)  # fmt: skip
-    lat_peers = [c for c in cells if c.key in ("lat-celery", "lat-dramatiq") and c.values]
+    comparisons = [
+        ("quorum queues", "lat-ackwise", ["lat-dramatiq-quorum"]),
+        ("classic queues", "lat-ackwise-classic", ["lat-dramatiq"]),
+        ("ackwise's quorum vs the peers' own classic", "lat-ackwise", ["lat-celery", "lat-dramatiq"]),
+    ]  # fmt: skip
     for label, figures in (("p50", _p50), ("p99", _p99)):
-        for key in ("lat-ackwise", "lat-ackwise-classic"):
+        for what, key, keys in comparisons:
+            lat_peers = [c for c in cells if c.key in keys and c.values]
             if key not in by or not lat_peers:
                 continue
             a = figures(by[key])
             best_lat = min(lat_peers, key=figures)
             bv = figures(best_lat)
             rows.append(
-                f"| latency {label}, concurrency 1 (lower is better) | {by[key].system} "
+                f"| latency {label}, concurrency 1, {what} (lower is better) | {by[key].system} "
                 f"{a:.2f} ms | {best_lat.system} {bv:.2f} ms | **{a / bv:.2f}x** |"
             )
     return rows

@@ -17,6 +17,9 @@ from startlog import record
 
 URL = os.environ.get("RABBIT_BENCH_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 QUEUE = os.environ.get("RABBIT_BENCH_QUEUE", "bench")
+#: Dramatiq's queue type: ``classic`` (its own) or ``quorum`` (ackwise's default, for a
+#: same-queue-type comparison).
+DRAMATIQ_QUEUE_TYPE = os.environ.get("RABBIT_BENCH_DRAMATIQ_QUEUE_TYPE", "classic")
 
 
 # -- ackwise (publisher confirms always on; quorum queue unless ?queue_type=classic) --------
@@ -48,13 +51,23 @@ def make_celery_app(url: str = URL, queue: str = QUEUE, confirm: bool = True):  
     return app
 
 
-# -- Dramatiq (RabbitmqBroker; classic durable queue) ---------------------------------------
-def make_dramatiq_broker(url: str = URL, queue: str = QUEUE, confirm: bool = True):  # type: ignore[no-untyped-def]
+# -- Dramatiq (RabbitmqBroker; classic durable queue, or quorum) ----------------------------
+def make_dramatiq_broker(  # type: ignore[no-untyped-def]
+    url: str = URL, queue: str = QUEUE, confirm: bool = True, queue_type: str = DRAMATIQ_QUEUE_TYPE
+):
     import dramatiq
     from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
+    class QuorumRabbitmqBroker(RabbitmqBroker):  # type: ignore[misc]
+        """Dramatiq's broker declaring its queues (and their delay queues) as quorum queues;
+        the dead-letter queue stays classic."""
+
+        def _build_queue_arguments(self, queue_name):  # type: ignore[no-untyped-def]
+            return {**super()._build_queue_arguments(queue_name), "x-queue-type": "quorum"}
+
+    cls = QuorumRabbitmqBroker if queue_type == "quorum" else RabbitmqBroker
     # confirm_delivery is not Dramatiq's default (False): with it, send() waits for the confirm.
-    broker = RabbitmqBroker(url=url, confirm_delivery=confirm)
+    broker = cls(url=url, confirm_delivery=confirm)
     dramatiq.set_broker(broker)
 
     @dramatiq.actor(actor_name="bench_noop", queue_name=queue, max_retries=0, broker=broker)

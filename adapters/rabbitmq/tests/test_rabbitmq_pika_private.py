@@ -7,6 +7,7 @@ adapter's connection.  A failure here after a pika upgrade means that a function
 
 from __future__ import annotations
 
+import collections
 import datetime
 import inspect
 import struct
@@ -22,6 +23,7 @@ import pika.spec
 import pytest
 from pika.adapters import blocking_connection
 from pika.adapters.select_connection import SelectConnection
+from pika.adapters.utils.io_services_utils import _AsyncPlaintextTransport
 
 from ackwise_rabbitmq import _pika_private
 from ackwise_rabbitmq._messages import H_UNREADABLE, _read_frame
@@ -106,6 +108,27 @@ def test_timers_run_from_the_io_loop_until_removed(impl: Any) -> None:
         pass
     impl.ioloop.process_timeouts()
     assert fired == ["inside"]
+
+
+@pytest.mark.parametrize("room", [1000, 5], ids=["whole", "partial sends"])
+def test_queued_frames_go_out_in_one_send(room: int) -> None:
+    sent: list[bytes] = []
+
+    class Socket:
+        def send(self, data: bytes) -> int:
+            sent.append(bytes(data[:room]))
+            return min(room, len(data))
+
+    transport = object.__new__(_AsyncPlaintextTransport)
+    transport._sock = Socket()
+    transport._tx_buffers = collections.deque([b"method", b"header", b"body"])
+    transport._tx_buffered_byte_count = 16
+    _pika_private.coalesce_writes(_wrapping(SimpleNamespace(_transport=transport)))
+    transport._produce()
+    assert b"".join(sent) == b"methodheaderbody"
+    assert len(sent) == (1 if room > 16 else 4)
+    assert not transport._tx_buffers
+    assert transport._tx_buffered_byte_count == 0
 
 
 def test_the_channel_impl_methods_take_what_is_passed() -> None:

@@ -46,6 +46,36 @@ _PRODUCER_TURN = 0.5
 Publish = tuple[str, str, bytes, Any]
 
 
+class _Done:
+    """Whether a call is done, and a wait for it: an ``Event`` for one waiter, without the
+    ``Condition`` an Event builds (a call is made for every publish)."""
+
+    __slots__ = ("_flag", "_lock")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._lock = threading.Lock()
+        self._lock.acquire()  # released once, by set()
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        """Mark it done; again is a no-op."""
+        if not self._flag:
+            self._flag = True
+            try:
+                self._lock.release()
+            except RuntimeError:  # two threads set it at once (a failure and a shutdown)
+                pass
+
+    def wait(self, timeout: float) -> bool:
+        """Whether it is done, waiting up to ``timeout`` seconds (one waiter)."""
+        if not self._flag:
+            self._lock.acquire(timeout=timeout)
+        return self._flag
+
+
 class _Call:
     __slots__ = ("detached", "done", "error", "fn", "publish", "result")
 
@@ -61,7 +91,7 @@ class _Call:
         #: A confirmed publish of these messages: publishes queued behind one another go
         #: out while earlier ones await their confirms (:meth:`_IOThread._run_publishes`).
         self.publish = publish
-        self.done = threading.Event()
+        self.done = _Done()
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -188,6 +218,7 @@ class _IOThread(Adapter):
         try:
             conn = BlockingConnection(self.settings.connection_parameters())
             _pika_private.read_frames_with(conn, _read_frame)
+            _pika_private.coalesce_writes(conn)
             consume = conn.channel()
             publish = conn.channel()
             self._watch_publishing(publish)
@@ -383,16 +414,21 @@ class _IOThread(Adapter):
         """
         call = _Call(fn, publish=publish)
         with self._lock:
-            lost = not self._alive and self._thread is not None and not self._user_closed
-        if lost:
-            self.open()
-        with self._lock:
-            if not self._alive:
-                raise self._failure or BrokerUnavailable(
-                    f"{self.settings.where}: the adapter is not open"
-                )
-            self._calls.append(call)
-            conn = self._conn
+            alive = self._alive
+            if alive:
+                self._calls.append(call)
+                conn = self._conn
+            lost = not alive and self._thread is not None and not self._user_closed
+        if not alive:
+            if lost:
+                self.open()
+            with self._lock:
+                if not self._alive:
+                    raise self._failure or BrokerUnavailable(
+                        f"{self.settings.where}: the adapter is not open"
+                    )
+                self._calls.append(call)
+                conn = self._conn
         assert conn is not None
         if not self._run_own_call(call):
             self._wake_io_thread(conn)

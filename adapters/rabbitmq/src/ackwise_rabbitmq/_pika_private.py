@@ -15,6 +15,9 @@ What ``BlockingConnection`` and ``BlockingChannel`` do not offer, and why the ad
   channel's flush after each, its confirm, return and close callbacks run as the frames arrive,
   and its consumers deliver straight to a callback (the blocking channel's are dispatched only
   by ``process_data_events``, and its cancel rejects what is in transit);
+* the plaintext transport's send loop (``_AsyncPlaintextTransport._produce`` over
+  ``_tx_buffers``): it sends each queued frame with a system call of its own (three for one
+  message); the adapter joins what is queued into one send (see :func:`coalesce_writes`);
 * the blocking objects' I/O wait (``BlockingConnection._flush_output``,
   ``BlockingChannel._flush_output``, ``BlockingChannel._basic_consume_ok_result``);
 * timers inside that wait (the connection impl's ``_adapter_call_later`` and
@@ -26,14 +29,16 @@ What ``BlockingConnection`` and ``BlockingChannel`` do not offer, and why the ad
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.adapters.utils.io_services_utils import _AsyncPlaintextTransport
 
 __all__ = [
     "cancel_keeping_in_transit",
+    "coalesce_writes",
     "consume",
     "flush",
     "io_timer",
@@ -69,16 +74,47 @@ def flush(conn: BlockingConnection, *waiters: Callable[[], bool]) -> None:
     conn._flush_output(*waiters)
 
 
-@contextmanager
-def io_timer(conn: BlockingConnection, delay: float, callback: Callable[[], Any]) -> Iterator[None]:
+class io_timer:  # a class for speed; used as ``with io_timer(...):``
     """``callback`` runs after ``delay`` seconds from pika's I/O loop, also inside :func:`flush`
     (``BlockingConnection.call_later`` callbacks run only from ``process_data_events``), unless
     the block was left first."""
-    timer = conn._impl._adapter_call_later(delay, callback)
-    try:
-        yield
-    finally:
-        conn._impl._adapter_remove_timeout(timer)
+
+    __slots__ = ("_impl", "_timer")
+
+    def __init__(self, conn: BlockingConnection, delay: float, callback: Callable[[], Any]) -> None:
+        self._impl = conn._impl
+        self._timer = self._impl._adapter_call_later(delay, callback)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _exc: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        self._impl._adapter_remove_timeout(self._timer)
+
+
+def coalesce_writes(conn: BlockingConnection) -> None:
+    """Have ``conn`` send what it has queued (the frames of several messages, acks) with one
+    system call rather than one per frame; a partial send keeps the rest queued, as pika's
+    loop does.  Plaintext connections only: a TLS retry must send the same buffer again."""
+    transport = conn._impl._transport
+    if type(transport) is not _AsyncPlaintextTransport:
+        return
+    produce = transport._produce
+    queued = transport._tx_buffers
+
+    def produce_joined() -> None:
+        if len(queued) > 1:
+            joined = b"".join(queued)
+            queued.clear()
+            queued.append(joined)
+        produce()
+
+    transport._produce = produce_joined
 
 
 # -- a channel's implementation ----------------------------------------------------------------

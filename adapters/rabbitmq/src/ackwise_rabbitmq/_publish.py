@@ -116,7 +116,7 @@ class _Publishing(_Topology):
                         ),
                     )
                 closed, now = not ch.is_open, time.monotonic()
-                returned = dict(self._returned)
+                returned = dict(self._returned) if self._returned else {}
                 keep = []
                 for call, span, deadline in inflight:
                     if not closed and span & self._unconfirmed and now < deadline:
@@ -126,9 +126,10 @@ class _Publishing(_Topology):
                     self._unconfirmed -= span
                     nacked = span & self._nacked
                     self._nacked -= span
-                    call.error = self._outcome(
-                        call.publish or (), span, closed, unconfirmed, nacked, returned
-                    )
+                    if closed or unconfirmed or nacked or returned:
+                        call.error = self._outcome(
+                            call.publish or (), span, closed, unconfirmed, nacked, returned
+                        )
                     call.done.set()
                 inflight = keep
                 if closed:
