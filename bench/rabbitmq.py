@@ -588,7 +588,9 @@ METHOD = """
 - **Queue types differ by default**: ackwise declares a quorum queue (replicated log, fsync
   batches) unless the URL says `?queue_type=classic`; Celery and Dramatiq declare durable classic
   queues. Every system publishes persistent messages (`delivery_mode=2`). The `ackwise-classic`
-  rows run ackwise on the peers' queue type.
+  rows run ackwise on the peers' queue type; the `dramatiq-quorum` latency row runs Dramatiq
+  with its queues declared quorum (`x-queue-type`, a subclass of its broker), so that each
+  queue type is compared with itself.
 - **Publisher confirms**: ackwise always waits for RabbitMQ's confirm (one per `delay()`, one
   per `send_many` chunk, pipelined). Neither peer does by default; their headline rows turn it
   on (Celery `broker_transport_options={"confirm_publish": True}`, Dramatiq
