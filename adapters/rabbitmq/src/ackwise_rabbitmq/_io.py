@@ -413,22 +413,19 @@ class _IOThread(Adapter):
         come here: a consumer learns of the loss and reconnects with its backoff.
         """
         call = _Call(fn, publish=publish)
-        with self._lock:
-            alive = self._alive
-            if alive:
-                self._calls.append(call)
-                conn = self._conn
-            lost = not alive and self._thread is not None and not self._user_closed
-        if not alive:
-            if lost:
-                self.open()
+        reopened = False
+        while True:
             with self._lock:
-                if not self._alive:
+                if self._alive:
+                    self._calls.append(call)
+                    conn = self._conn
+                    break
+                if reopened or self._thread is None or self._user_closed:
                     raise self._failure or BrokerUnavailable(
                         f"{self.settings.where}: the adapter is not open"
                     )
-                self._calls.append(call)
-                conn = self._conn
+            self.open()
+            reopened = True
         assert conn is not None
         if not self._run_own_call(call):
             self._wake_io_thread(conn)
