@@ -302,7 +302,9 @@ def test_countdown_longer_than_the_consumer_timeout_runs_once_without_tripping_i
             got = list(adapter.receive(queue, max_messages=1, wait=1.0, lease=1.0))
             if not got:
                 st = adapter.stats(queue)
-                assert st.in_flight == 0 and st.ready == 0
+                assert st.in_flight == 0
+                # Once due it leaves the last tier for the queue, ready until pushed to us.
+                assert st.ready == 0 or time.time() >= sent + countdown - 0.05
         (d,) = got
         assert time.time() >= sent + countdown - 0.05
         assert d.attempt == 1
