@@ -5,7 +5,8 @@ someone runs its I/O loop.  So the adapter owns an I/O thread that holds the con
 never stops turning its loop (``process_data_events``): heartbeats keep flowing while a long,
 CPU-bound task runs in the worker's executor.  The worker's consumer thread calls the adapter;
 every pika call is handed to the I/O thread (a command queue woken by
-``add_callback_threadsafe``).
+``add_callback_threadsafe``).  An idle worker's ``receive``, waiting for a delivery, turns the
+loop itself meanwhile (:meth:`_IOThread._drive`): the delivery reaches it without a hand-off.
 
 **Receiving**: the first ``receive`` of a queue starts a consumer (``basic.consume``) whose
 window (``basic.qos``, per consumer) is what the worker asked for; the broker pushes into an

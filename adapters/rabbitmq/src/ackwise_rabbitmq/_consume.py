@@ -111,6 +111,10 @@ class _Consuming(_Publishing):
         self._consuming = True  # the I/O thread turns the loop without pause from now on
         self._ensure_open()
         raws = self._take(queue, max_messages)
+        if not raws and wait <= 0 and self._aside:
+            # The I/O thread stands aside since a receive drove: take in what came here.
+            self._drive(lambda: bool(self._inbox.get(queue)), time.monotonic(), take=False)
+            raws = self._take(queue, max_messages)
         if not raws:
             with self._lock:
                 consumers = self._consumers.get(queue, [])
@@ -146,6 +150,7 @@ class _Consuming(_Publishing):
                 self._call(lambda: self._add_consumer(queue, more, n))
             if wait > 0:
                 deadline = time.monotonic() + wait
+                self._drive(lambda: bool(self._inbox.get(queue)), deadline)
                 with self._lock:
                     while not self._inbox.get(queue) and self._alive:
                         remaining = deadline - time.monotonic()

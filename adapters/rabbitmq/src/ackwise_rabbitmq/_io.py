@@ -141,6 +141,13 @@ class _IOThread(Adapter):
         #: The connection's holder is publishing and waits for confirms on the socket: a
         #: publish queued meanwhile wakes it there to go out at once (:meth:`_run_publishes`).
         self._streaming = False
+        #: A receiver turns the loop itself while it waits for a delivery (:meth:`_drive`).
+        self._driving = False
+        #: The I/O thread stands aside: for a receiver that drives, and after it until a call
+        #: wakes it (:attr:`_wake`) or :data:`_PRODUCER_TURN` passes, so that its wake-up
+        #: does not compete with the start of the task just taken in.
+        self._aside = False
+        self._driver_error: BaseException | None = None  # the I/O thread shuts down on it
 
     # -- what the parts keep of a connection (I/O thread) ----------------------------------
     @abc.abstractmethod
@@ -231,6 +238,7 @@ class _IOThread(Adapter):
             self._conn = conn
             self._consume_ch, self._publish_ch, self._admin_ch = consume, publish, None
             self._consume_closed = None
+            self._driver_error = None  # the previous connection's
             self._begin_generation()
             self._generation += 1
             self._alive = True
@@ -239,9 +247,17 @@ class _IOThread(Adapter):
         error: BaseException | None = None
         try:
             while not self._closing:
+                if self._aside:
+                    self._wake.wait(_PRODUCER_TURN)
+                    self._wake.clear()
+                    if self._driving:
+                        continue
+                    self._aside = False
                 consuming = self._consuming
                 self._wake.clear()
                 with self._io:
+                    if self._driver_error is not None:
+                        raise self._driver_error
                     conn.process_data_events(time_limit=0.5 if consuming else 0)
                     self._last_turn = time.monotonic()
                     self._run_calls()
@@ -251,7 +267,14 @@ class _IOThread(Adapter):
                     self._wake.wait(_PRODUCER_TURN)
         except BaseException as exc:
             error = exc
-        self._shutdown(conn, error)
+        # A receiver may be driving the connection, a producer running its own call: closing
+        # it under them would break their frames.  Each leaves within its deadline.
+        held = self._io.acquire(timeout=self.settings.confirm_timeout)
+        try:
+            self._shutdown(conn, error)
+        finally:
+            if held:
+                self._io.release()
 
     def _shutdown(self, conn: BlockingConnection, error: BaseException | None) -> None:
         if error is not None and not self._closing:
@@ -279,6 +302,78 @@ class _IOThread(Adapter):
                 conn.close()
         except Exception:
             log.debug("closing the connection failed", exc_info=True)
+
+    def _drive(self, ready: Callable[[], bool], deadline: float, *, take: bool = True) -> None:
+        """Turn the connection's loop on this thread until ``ready()``, ``deadline``
+        (monotonic) or a close, running the calls queued meanwhile: a receiver waiting for a
+        delivery takes it in itself, without the I/O thread's hand-off (a thread wake-up,
+        ~0.1 ms, off every idle worker's task start).
+
+        ``take``: take the connection from the I/O thread (it stands aside from then on,
+        :attr:`_aside`, until a call wakes it); else turn only if it stands aside and the
+        connection is free (a receiver that finds nothing, so that the loop turns without
+        waking the I/O thread just as the task taken in starts).  A failure of the connection
+        is left to the I/O thread to shut down on (the receiver then finds the adapter
+        closed).  Returns at once when another receiver drives or the connection cannot be
+        taken in time.
+        """
+        with self._lock:
+            conn = self._conn
+            if self._driving or not self._alive or conn is None or self._driver_error:
+                return
+            if not (take or self._aside):
+                return
+            self._driving = self._aside = True
+        wake = False  # the I/O thread takes over: the connection failed here, or never came
+        try:
+            if not self._io.acquire(blocking=False):
+                if not take:
+                    return
+                conn.add_callback_threadsafe(_noop)  # out of its wait on the socket
+                if not self._io.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    wake = True
+                    return
+            try:
+                self._drive_held(conn, ready, deadline)
+            except BaseException as exc:
+                self._driver_error = exc
+                wake = True
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                self._io.release()
+        finally:
+            self._driving = False
+            if wake:
+                self._wake.set()
+
+    def _drive_held(
+        self, conn: BlockingConnection, ready: Callable[[], bool], deadline: float
+    ) -> None:
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+
+        def stop() -> bool:
+            return (
+                expired
+                or bool(self._calls)
+                or self._closing
+                or self._consume_closed is not None
+                or ready()
+            )
+
+        with _pika_private.io_timer(conn, max(0.0, deadline - time.monotonic()), expire):
+            while True:
+                self._run_calls()
+                if self._consume_closed is not None:
+                    raise _ConnectionLost(self._consume_closed)
+                if expired or self._closing or ready():
+                    return
+                _pika_private.flush(conn, stop)
+                self._last_turn = time.monotonic()
 
     def _run_calls(self, until: _Call | None = None) -> None:
         """Run the queued calls (holding :attr:`_io`), all of them or until ``until`` is done."""
