@@ -7,12 +7,17 @@ each one's targets or ratios, in one place.
 Each benchmark runs its peers side by side with ackwise in its own run (cells interleaved run
 by run): only the ratios inside one file compare; absolute rates vary between hosts and runs.
 ``--soak`` adds the chaos soak (about an hour; not a throughput benchmark).
+
+Each benchmark's last run (when, commit, machine, minutes, load average) is kept in
+``bench/RESULTS.json``, so ``--only`` rewrites its own rows of ``RESULTS.md`` and keeps the
+others, each still saying when and at which commit it ran.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform
 import re
@@ -97,14 +102,26 @@ def summary(text: str) -> str:
 
 @dataclass
 class Ran:
-    bench: Bench
+    """One benchmark's last run, as recorded in ``RESULTS.json``."""
+
+    name: str
+    when: str
+    commit: str
+    machine: str
     seconds: float
     load_before: float
     load_after: float
     status: int
 
 
-def run(bench: Bench, runs: int) -> Ran:
+def machine() -> str:
+    return (
+        f"{platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}"
+    )
+
+
+def run(bench: Bench, runs: int, commit: str) -> Ran:
     cmd = [sys.executable, str(BENCH_DIR / bench.script), *bench.args]
     if bench.takes_runs:
         cmd += ["--runs", str(bench.runs or runs), "--out", f"bench/{bench.out}"]  # cwd: the repo
@@ -112,37 +129,61 @@ def run(bench: Bench, runs: int) -> Ran:
     load = os.getloadavg()[0]
     started = time.monotonic()
     status = subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, check=False).returncode
-    return Ran(bench, time.monotonic() - started, load, os.getloadavg()[0], status)
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return Ran(
+        bench.name,
+        when,
+        commit,
+        machine(),
+        time.monotonic() - started,
+        load,
+        os.getloadavg()[0],
+        status,
+    )
 
 
-def render(done: list[Ran], head: str, dirty: bool, command: str) -> str:
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+def load_record(path: Path) -> dict[str, Ran]:
+    """The last run of every benchmark, by name ({} when there is no record yet)."""
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    return {name: Ran(**fields) for name, fields in raw.items()}
+
+
+def save_record(path: Path, record: dict[str, Ran]) -> None:
+    body = {name: vars(r) for name, r in record.items()}
+    path.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
+
+
+def render(record: dict[str, Ran]) -> str:
+    known = [b for b in [*BENCHES, SOAK] if b.name in record]
     lines = [
-        "# Benchmark results: every comparison, one run",
+        "# Benchmark results: every comparison",
         "",
-        f"Run {now}, git {head}{' (uncommitted changes)' if dirty else ''}; "
-        f"{platform.python_implementation()} {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}.",
+        "Rerun all: `uv run --group bench python bench/all.py`; one: "
+        "`... bench/all.py --only <name>` (rewrites its row and section, keeps the others). "
+        "Each benchmark ran its peers side by side with ackwise in the same run; ratios "
+        "compare inside one file only, absolute rates vary between hosts.",
         "",
-        f"Rerun: `{command}`. Each benchmark ran its peers side by side with ackwise in the "
-        "same run; ratios compare inside one file only.",
-        "",
-        "| benchmark | what | file | minutes | load average before / after | status |",
-        "|---|---|---|---:|---|---|",
+        "| benchmark | what | file | run | git | minutes | load average before / after | status |",
+        "|---|---|---|---|---|---:|---|---|",
     ]
-    for r in done:
-        b = r.bench
+    for b in known:
+        r = record[b.name]
         lines.append(
-            f"| {b.name} | {b.what} | [{b.out}]({b.out}) | {r.seconds / 60:.1f} | "
-            f"{r.load_before:.2f} / {r.load_after:.2f} | "
+            f"| {b.name} | {b.what} | [{b.out}]({b.out}) | {r.when} | {r.commit} | "
+            f"{r.seconds / 60:.1f} | {r.load_before:.2f} / {r.load_after:.2f} | "
             f"{'ok' if r.status == 0 else f'FAILED (exit {r.status})'} |"
         )
-    for r in done:
-        path = BENCH_DIR / r.bench.out
-        if r.status != 0 or not path.exists():
+    machines = sorted({record[b.name].machine for b in known})
+    lines += ["", "Machine: " + "; ".join(machines) + "."]
+    for b in known:
+        path = BENCH_DIR / b.out
+        if record[b.name].status != 0 or not path.exists():
             continue
-        lines += ["", f"## {r.bench.name}: {r.bench.what}", ""]
-        lines.append(summary(path.read_text()) or f"(see [{r.bench.out}]({r.bench.out}))")
+        lines += ["", f"## {b.name}: {b.what}", ""]
+        lines.append(summary(path.read_text()) or f"(see [{b.out}]({b.out}))")
     lines.append("")
     return "\n".join(lines)
 
@@ -161,13 +202,21 @@ def main() -> int:
         parser.error(f"--only: unknown benchmark(s) {', '.join(sorted(unknown))}; expected {names}")
     if args.soak:
         chosen.append(SOAK)
-    head = git("rev-parse", "--short", "HEAD")
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    done = [run(b, args.runs) for b in chosen]
-    command = " ".join(["uv run --group bench python bench/all.py", *sys.argv[1:]])
-    Path(args.out).write_text(render(done, head, dirty, command))
-    print(Path(args.out).read_text())
-    return 0 if all(r.status == 0 for r in done) else 1
+    commit = git("rev-parse", "--short", "HEAD")
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += " (uncommitted changes)"
+    out = Path(args.out)
+    record_path = out.with_suffix(".json")
+    record = load_record(record_path)
+    failed = False
+    for b in chosen:
+        ran = run(b, args.runs, commit)
+        record[b.name] = ran
+        failed |= ran.status != 0
+        save_record(record_path, record)  # after each: an interrupted run keeps what finished
+        out.write_text(render(record))
+    print(out.read_text())
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
