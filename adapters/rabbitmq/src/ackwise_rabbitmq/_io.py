@@ -255,6 +255,13 @@ class _IOThread(Adapter):
                     self._aside = False
                 consuming = self._consuming
                 self._wake.clear()
+                if not consuming and not self._calls:
+                    idle = time.monotonic() - self._last_turn
+                    if idle < _PRODUCER_TURN:
+                        # A producer's own call turned the loop just now: a turn here would
+                        # only take the connection from under its next call.
+                        self._wake.wait(_PRODUCER_TURN - idle)
+                        continue
                 with self._io:
                     if self._driver_error is not None:
                         raise self._driver_error
@@ -481,6 +488,7 @@ class _IOThread(Adapter):
             if self._consuming:  # a receive began meanwhile: the I/O thread's from now on
                 return False
             self._run_calls(until=call)
+            self._last_turn = time.monotonic()  # its confirm wait took in what came
         except BaseException as exc:
             # The connection broke under a call: the I/O thread's next turn finds it closed
             # and shuts down.
