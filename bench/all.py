@@ -54,6 +54,14 @@ BENCHES = [
         "Redis vs Celery, Dramatiq, Taskiq, Huey",
     ),
     Bench("rabbitmq", "rabbitmq.py", "results-rabbitmq.md", "RabbitMQ vs Celery, Dramatiq"),
+    Bench(
+        "rabbitmq-close",
+        "rabbitmq.py",
+        "results-rabbitmq-close.md",
+        "RabbitMQ latency and single-call enqueue vs Dramatiq, more runs (close calls)",
+        ("--only", "lat-ackwise,lat-dramatiq,enq-pika-quorum,enq-ackwise,enq-dramatiq"),
+        runs=9,
+    ),
     Bench("postgresql", "postgresql.py", "results-postgresql.md", "PostgreSQL vs Procrastinate"),
     Bench("sqs", "sqs.py", "results-sqs.md", "SQS (moto server) vs Celery"),
     Bench(
@@ -203,8 +211,8 @@ def main() -> int:
     if args.soak:
         chosen.append(SOAK)
     commit = git("rev-parse", "--short", "HEAD")
-    if git("status", "--porcelain", "--untracked-files=no"):
-        commit += " (uncommitted changes)"
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/*.md"):
+        commit += " (uncommitted changes)"  # not counting results files an earlier run wrote
     out = Path(args.out)
     record_path = out.with_suffix(".json")
     record = load_record(record_path)
