@@ -42,7 +42,7 @@ def test_amqp_url_with_credentials_vhost_heartbeat_and_options() -> None:
     )
     assert s.confirm_timeout == 3.0
     assert "p@ss" not in repr(s) and "p@ss" not in s.where
-    params = s.connection_parameters()
+    (params,) = s.connection_parameters()
     assert (params.host, params.port, params.virtual_host, params.heartbeat) == (
         "mq.internal",
         5673,
@@ -61,15 +61,28 @@ def test_defaults_are_rabbitmqs() -> None:
 
 def test_amqps_builds_a_tls_context() -> None:
     s = _settings("amqps://u:p@mq:5671/?verify=false&server_hostname=mq.example")
-    params = s.connection_parameters()
+    (params,) = s.connection_parameters()
     assert params.ssl_options is not None
     assert params.ssl_options.server_hostname == "mq.example"
     assert params.ssl_options.context.check_hostname is False
 
 
+def test_hosts_are_more_nodes_tried_in_order_after_the_urls_own() -> None:
+    s = _settings("amqps://u:secret@a:5671/v?hosts=b,c:5680&verify=false")
+    params = s.connection_parameters()
+    assert [(p.host, p.port, p.virtual_host) for p in params] == [
+        ("a", 5671, "v"),
+        ("b", 5671, "v"),
+        ("c", 5680, "v"),
+    ]
+    assert all(p.ssl_options is not None for p in params)
+    assert s.where == "amqps://a:5671,b:5671,c:5680/v" and "secret" not in s.where
+
+
 @pytest.mark.parametrize(
     ("url", "match"),
     [
+        ("amqp://h/?hosts=b:x", "is not host:port"),
         ("amqp://h/?nope=1", "unknown option"),
         ("amqp://h/?queue_type=stream", "queue_type"),
         ("amqp://h/?heartbeat=0", "heartbeat must be > 0"),

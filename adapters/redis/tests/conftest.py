@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis_topologies import LocalCluster, LocalSentinels, TopologyUnavailable
 
 from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
 from ackwise_conformance.helpers import eventually
@@ -83,3 +84,25 @@ def own_redis_with_socket(tmp_path: Path) -> Iterator[Path]:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A Redis Cluster of the session: 3 primaries, each with a replica (never failed over)."""
+    try:
+        cluster = LocalCluster(tmp_path_factory.mktemp("cluster")).start()
+    except TopologyUnavailable as exc:
+        missing_broker(str(exc))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSentinels]:
+    """A master, a replica and 3 sentinels of the session (never failed over)."""
+    try:
+        sentinels = LocalSentinels(tmp_path_factory.mktemp("sentinel")).start()
+    except TopologyUnavailable as exc:
+        missing_broker(str(exc))
+    yield sentinels
+    sentinels.stop()

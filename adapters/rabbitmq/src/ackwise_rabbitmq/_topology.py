@@ -17,6 +17,8 @@ from ackwise_rabbitmq._io import _IOThread
 #: Delay tiers: tier k holds a message 2**k milliseconds.
 DELAY_TIERS = 32
 MAX_DELAY_MS = 2**DELAY_TIERS - 1
+#: ``x-delivery-limit`` of a quorum dead-letter queue (see :meth:`_Topology._declare`).
+DEAD_DELIVERY_LIMIT = 1_000_000
 
 
 def _bits(delay_ms: int) -> str:
@@ -68,7 +70,10 @@ class _Topology(_IOThread):
         deliver = self._aux(name, "deliver")
         ch = self._admin()
         ch.exchange_declare(dlx, "fanout", durable=True)
-        ch.queue_declare(dead, durable=True, arguments={"x-queue-type": "classic"})
+        # Listing dead letters takes them and puts them back, which a quorum queue counts as
+        # a delivery: a limit no listing reaches (RabbitMQ 4 would drop them after 20).
+        self._declare_aux(dead, {"x-delivery-limit": DEAD_DELIVERY_LIMIT})
+        ch = self._admin()
         ch.queue_bind(dead, dlx)
         if self._exists(name) is None:
             args: dict[str, Any] = {"x-dead-letter-exchange": dlx}
@@ -102,19 +107,30 @@ class _Topology(_IOThread):
         for k in range(DELAY_TIERS):
             exchange, wait = self._aux(name, f"delay.{k}"), self._aux(name, f"wait.{k}")
             ch.exchange_declare(exchange, "topic", durable=True)
-            ch.queue_declare(
-                wait,
-                durable=True,
-                arguments={
-                    "x-queue-type": "classic",
-                    "x-message-ttl": 2**k,
-                    "x-dead-letter-exchange": below,
-                },
-            )
+            self._declare_aux(wait, {"x-message-ttl": 2**k, "x-dead-letter-exchange": below})
+            ch = self._admin()
             above = "*." * (DELAY_TIERS - 1 - k)
             ch.queue_bind(wait, exchange, routing_key=f"{above}1.#")
             ch.exchange_bind(below, exchange, routing_key=f"{above}0.#")
             below = exchange
+
+    def _declare_aux(self, name: str, args: dict[str, Any]) -> None:
+        """Declare a queue that holds ackwise's own messages (dead letters, a delay tier) of
+        the queue type of the URL (I/O thread): quorum queues are replicated, so a cluster
+        that loses a node keeps them; what expires from a quorum delay tier is dead-lettered
+        at least once.  One that exists with other arguments (declared classic by an
+        earlier version) is kept as it is."""
+        args = {**args, "x-queue-type": self.settings.queue_type}
+        if self.settings.queue_type != "quorum":
+            args.pop("x-delivery-limit", None)
+        elif "x-dead-letter-exchange" in args:
+            args["x-dead-letter-strategy"] = "at-least-once"
+            args["x-overflow"] = "reject-publish"
+        try:
+            self._admin().queue_declare(name, durable=True, arguments=args)
+        except px.ChannelClosedByBroker as exc:
+            if exc.reply_code != 406 or self._exists(name) is None:
+                raise
 
     def _check_priorities(self, name: str, dlx: str) -> None:
         """Refuse an existing queue that has no ``x-max-priority`` of 9 (I/O thread): AMQP

@@ -27,6 +27,10 @@
     so that a message that left ``ready`` before the call is seen in flight.
 ``prefix`` (default ``ackwise``)
     names the exchanges and auxiliary queues (``<prefix>.<queue>.dlx``, …).
+``hosts`` (``host:port,host:port``)
+    more nodes of the same cluster (same credentials, vhost and TLS settings), tried in
+    order after the URL's own host whenever the adapter connects: when the node it used
+    dies, the adapter's next connection goes to a surviving one.
 TLS (``amqps`` only): ``ca_certs``, ``certfile``, ``keyfile``, ``verify`` (``true``/``false``),
 ``server_hostname``.
 """
@@ -60,6 +64,7 @@ _KNOWN = {
     "keyfile",
     "verify",
     "server_hostname",
+    "hosts",
 }
 
 
@@ -85,13 +90,23 @@ class RabbitMQSettings:
     keyfile: str | None = None
     verify: bool = True
     server_hostname: str | None = None
+    #: More nodes (``hosts``), tried after ``host:port`` in this order.
+    more_hosts: tuple[tuple[str, int], ...] = ()
 
     @property
     def where(self) -> str:
         """The broker, for messages: never with credentials."""
-        return f"{self.scheme}://{self.host}:{self.port}/{quote(self.vhost, safe='')}"
+        nodes = ",".join(f"{h}:{p}" for h, p in ((self.host, self.port), *self.more_hosts))
+        return f"{self.scheme}://{nodes}/{quote(self.vhost, safe='')}"
 
-    def connection_parameters(self) -> pika.ConnectionParameters:
+    def connection_parameters(self) -> list[pika.ConnectionParameters]:
+        """One set of parameters per node, the URL's own first (pika tries them in order)."""
+        return [
+            self._parameters(host, port)
+            for host, port in ((self.host, self.port), *self.more_hosts)
+        ]
+
+    def _parameters(self, host: str, port: int) -> pika.ConnectionParameters:
         ssl_options = None
         if self.scheme == "amqps":
             context = ssl.create_default_context(cafile=self.ca_certs)
@@ -100,10 +115,10 @@ class RabbitMQSettings:
             if not self.verify:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
-            ssl_options = pika.SSLOptions(context, self.server_hostname or self.host)
+            ssl_options = pika.SSLOptions(context, self.server_hostname or host)
         kwargs: dict[str, Any] = {
-            "host": self.host,
-            "port": self.port,
+            "host": host,
+            "port": port,
             "virtual_host": self.vhost,
             "credentials": pika.PlainCredentials(self.username, self.password),
             "heartbeat": max(1, round(self.heartbeat)),
@@ -166,10 +181,22 @@ def parse_rabbitmq_url(url: BrokerURL) -> RabbitMQSettings:
     prefix = q.get("prefix", "ackwise")
     if not prefix or len(prefix) > 64:
         raise InvalidBrokerURL(f"broker URL {url}: prefix must be 1-64 characters")
+    default_port = 5671 if url.scheme == "amqps" else 5672
+    more_hosts = []
+    for item in filter(None, (x.strip() for x in q.get("hosts", "").split(","))):
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            host, port = item, str(default_port)
+        if not host or not port.isdigit() or not 0 < int(port) < 65_536:
+            raise InvalidBrokerURL(
+                f"broker URL {url}: hosts: {item!r} is not host:port (e.g. "
+                f"hosts=rabbit-2:{default_port},rabbit-3:{default_port})"
+            )
+        more_hosts.append((host, int(port)))
     return RabbitMQSettings(
         scheme=url.scheme,
         host=url.host or "localhost",
-        port=url.port or (5671 if url.scheme == "amqps" else 5672),
+        port=url.port or default_port,
         vhost=path or "/",
         username=url.username or "guest",
         password=url.password or "guest",
@@ -189,4 +216,5 @@ def parse_rabbitmq_url(url: BrokerURL) -> RabbitMQSettings:
         keyfile=q.get("keyfile"),
         verify=verify in ("true", "1", "yes"),
         server_hostname=q.get("server_hostname"),
+        more_hosts=tuple(more_hosts),
     )

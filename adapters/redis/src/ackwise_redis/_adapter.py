@@ -74,7 +74,7 @@ from ackwise import (
     Outgoing,
     QueueSpec,
 )
-from ackwise.errors import MessageTooLarge, StaleReceipt
+from ackwise.errors import MessageTooLarge, StaleReceipt, TransientAdapterError
 from ackwise_redis._browse import _DEAD_LETTERS as _DEAD_LETTERS
 from ackwise_redis._browse import _DELETE_DEAD as _DELETE_DEAD
 from ackwise_redis._browse import _PURGE as _PURGE
@@ -197,6 +197,7 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         with self._errors():
             if len(messages) == 1 and not (delayed or prioritised):  # the hot path
                 self._run(_PUBLISH, k, keys, (b"0", _pack(messages[0])))
+                self._wait_for_replicas(k, len(messages))
                 return
             for chunk in self._publish_chunks(messages):
                 args: list[Any]
@@ -212,6 +213,21 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
                 else:
                     args = [b"0", *map(_pack, chunk)]
                 self._run(_PUBLISH, k, keys, args)
+            self._wait_for_replicas(k, len(messages))
+
+    def _wait_for_replicas(self, k: _Keys, count: int) -> None:
+        """``WAIT`` for ``wait_replicas`` replicas to hold what this connection wrote."""
+        want = self.settings.wait_replicas
+        if not want:
+            return
+        timeout_ms = max(1, int(self.settings.wait_timeout * 1000))
+        have = int(self._link.command("WAIT", want, timeout_ms, key=k.ready))
+        if have < want:
+            raise TransientAdapterError(
+                f"{self.settings.where}: {count} message(s) published to the primary, but only "
+                f"{have} of the {want} replicas asked for (wait_replicas) had them within "
+                f"{self.settings.wait_timeout:g} s; a failover now could lose them"
+            )
 
     def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
         if not messages:
@@ -264,7 +280,7 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         """Block until a publisher (or a receiver with more ready) pushes a token, or timeout,
         then receive: both commands go out together, so Redis runs the receive script the
         moment the wait ends, without a round trip in between."""
-        conn = self._connection()
+        conn = self._connection(k.notify)
         # BLPOP treats 0 as "forever"; the socket must outwait the server-side timeout.
         timeout = min(max(timeout, 0.001), max(self.settings.socket_timeout - 1.0, 0.5))
         try:
@@ -286,6 +302,9 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
             conn.disconnect()  # a late reply must never answer the next command
             raise
         waited, received = replies
+        if isinstance(waited, rx.AskError):  # MOVED too: the slot is elsewhere (the script
+            self._link.redirected(waited)  # failed the same way): the one-command path follows
+            return self._run(_RECEIVE, k, keys, args)
         if isinstance(waited, rx.ResponseError):
             if not _is_wrong_storage(waited):
                 raise waited

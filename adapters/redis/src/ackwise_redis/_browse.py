@@ -87,15 +87,17 @@ class _Browsing(_QueueKeys):
         tag = k.ready.rsplit(b":", 1)[0]
         pattern = _glob_escape(tag) + b":*:quarantined:*"
         with self._errors():
-            self._connection()
+            self._connection(k.ready)
             doomed = [key for key, _ in k.typed]
             cursor = b"0"
-            while True:
-                cursor, found = self._link.command("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+            while True:  # in a cluster: on the node of the queue's slot, where they all are
+                cursor, found = self._link.command(
+                    "SCAN", cursor, "MATCH", pattern, "COUNT", 1000, key=k.ready
+                )
                 doomed += found
                 if cursor in (b"0", 0):
                     break
-            self._link.command("DEL", *doomed)  # keys of one slot: one DEL (a cluster too)
+            self._link.command("DEL", *doomed, key=k.ready)  # keys of one slot: one DEL
             self._registry("SREM", self._queues_key, queue)
         self._keys.pop(queue, None)
 

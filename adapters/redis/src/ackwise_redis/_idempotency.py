@@ -63,4 +63,4 @@ class RedisIdempotencyStore(RedisStoreBase, IdempotencyStore):
     def forget(self, keys: Sequence[str]) -> None:
         with self._mutex, self._link.errors():
             for key in keys:  # one slot per key: one DEL each (a cluster takes no cross-slot DEL)
-                self._link.command("DEL", self._key(key))
+                self._link.delete([self._key(key)])

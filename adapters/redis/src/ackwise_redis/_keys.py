@@ -116,13 +116,11 @@ class _QueueKeys(_Server):
 
     def _registry(self, *command: Any) -> Any:
         """A command on the set of queue names, past a wrong-typed key (set aside, as queues')."""
-        conn = self._connection()
+        self._connection(self._queues_key)  # the idle check first
         try:
-            conn.send_command(*command)
-            return conn.read_response()
+            return self._link.command(*command, key=self._queues_key)
         except rx.ResponseError as exc:
             if not _is_wrong_storage(exc):
                 raise
             self._quarantine(((self._queues_key, "set"),))
-        conn.send_command(*command)
-        return conn.read_response()
+        return self._link.command(*command, key=self._queues_key)

@@ -28,15 +28,15 @@ class RedisWorkerRegistry(RedisStoreBase, WorkerRegistry):
 
     def beat(self, info: WorkerInfo) -> None:
         with self._mutex, self._link.errors():
-            self._link.command("HSET", self._key, info.id, info.to_json())
+            self._link.command("HSET", self._key, info.id, info.to_json(), key=self._key)
 
     def workers(self) -> list[WorkerInfo]:
         with self._mutex, self._link.errors():
-            raw = self._link.command("HGETALL", self._key)
+            raw = self._link.command("HGETALL", self._key, key=self._key)
         fields = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
         infos = [WorkerInfo.from_json(v) for v in fields.values()]
         old = [w.id for w in infos if w.last_seen < time.time() - FORGET_AFTER]
         if old:
             with self._mutex, self._link.errors():
-                self._link.command("HDEL", self._key, *old)
+                self._link.command("HDEL", self._key, *old, key=self._key)
         return sorted((w for w in infos if w.id not in old), key=lambda w: (w.started_at, w.id))

@@ -30,4 +30,4 @@ class RedisRateLimiter(RedisStoreBase, RateLimiter):
 
     def forget(self, key: str) -> None:
         with self._mutex, self._link.errors():
-            self._link.command("DEL", self._key(key))
+            self._link.delete([self._key(key)])

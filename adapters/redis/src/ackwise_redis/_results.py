@@ -39,7 +39,7 @@ class RedisResultStore(RedisStoreBase, ResultStore):
         if message_ids:
             keys = [k for m in message_ids for k in (self._key(m), self._chord(m))]
             with self._mutex, self._link.errors():
-                self._link.command("DEL", *keys)
+                self._link.delete(keys)
 
     def _chord(self, chord_id: str) -> str:
         return f"{{{self.settings.prefix}:chord:{chord_id}}}"
@@ -47,13 +47,14 @@ class RedisResultStore(RedisStoreBase, ResultStore):
     def join(self, chord_id: str, member: int) -> int:
         key, ttl = self._chord(chord_id), str(max(1, math.ceil(self.ttl * 1000)))
         with self._mutex, self._link.errors():
-            self._link.command("SADD", key, str(member))
-            self._link.command("PEXPIRE", key, ttl)
-            return int(self._link.command("SCARD", key))
+            self._link.command("SADD", key, str(member), key=key)
+            self._link.command("PEXPIRE", key, ttl, key=key)
+            return int(self._link.command("SCARD", key, key=key))
 
     def get(self, message_id: str) -> TaskResult | None:
         with self._mutex, self._link.errors():
-            raw = self._link.command("GET", self._key(message_id))
+            key = self._key(message_id)
+            raw = self._link.command("GET", key, key=key)
         return None if raw is None else TaskResult.from_json(raw)
 
     @contextlib.contextmanager

@@ -119,10 +119,11 @@ class _Server(Adapter):
     def close(self) -> None:
         self._link.close()
 
-    def _connection(self) -> Any:
+    def _connection(self, key: bytes | None = None) -> Any:
+        """The connection that serves ``key`` (in a cluster: its slot's primary)."""
         if not self._link.is_open:
             self.open()
-        conn = self._link.connection()
+        conn = self._link.connection(key)
         now = time.monotonic()
         idle = now - self._last_used
         self._last_used = now
@@ -156,5 +157,5 @@ class _Server(Adapter):
                 conn.disconnect()  # the next send reconnects
 
     def _eval(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        self._connection()  # the idle check first
+        self._connection(keys[0] if keys else None)  # the idle check first
         return self._link.eval(script, keys, args)

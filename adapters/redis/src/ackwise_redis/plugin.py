@@ -10,11 +10,21 @@ _IDEMPOTENCY = "ackwise_redis._idempotency:RedisIdempotencyStore"
 _RESULTS = "ackwise_redis._results:RedisResultStore"
 _RATE = "ackwise_redis._ratelimit:RedisRateLimiter"
 _WORKERS = "ackwise_redis._presence:RedisWorkerRegistry"
+# As ackwise_redis._url.ALL_SCHEMES (not imported: this module imports no driver).
+_SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+)
 
 
 @hookimpl
 def ackwise_register_adapters(registry: AdapterRegistry) -> None:
-    for scheme in ("redis", "rediss", "unix"):
+    for scheme in _SCHEMES:
         registry.add(scheme, _ADAPTER, distribution="ackwise-redis")
         registry.add_idempotency_store(scheme, _IDEMPOTENCY)
         registry.add_result_store(scheme, _RESULTS)
@@ -24,5 +34,5 @@ def ackwise_register_adapters(registry: AdapterRegistry) -> None:
 
 @hookimpl
 def ackwise_register_lock_backends(registry: LockRegistry) -> None:
-    for scheme in ("redis", "rediss", "unix"):
+    for scheme in _SCHEMES:
         registry.add(scheme, _LOCK, distribution="ackwise-redis")
