@@ -153,7 +153,10 @@ class LocalRabbitCluster:
         head = self.nodes[first]
         others = ",".join(f"{HOST}:{n.port}" for n in self.nodes if n is not head)
         api = self.nodes[management].management
-        return f"amqp://guest:guest@{HOST}:{head.port}/%2F?hosts={others}&management=http://{HOST}:{api}"
+        return (
+            f"amqp://guest:guest@{HOST}:{head.port}/%2F?hosts={others}&dead_queue_type=quorum"
+            f"&management=http://{HOST}:{api}"
+        )
 
     def leader_of(self, queue: str, *, ask: int = 1) -> RabbitNode | None:
         """The node that leads ``queue`` now, as node ``ask`` sees it (None: an election)."""

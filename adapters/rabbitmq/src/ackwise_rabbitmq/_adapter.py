@@ -26,8 +26,8 @@ back to the queue at once.  A worker reading several queues has its windows per 
     q                     the queue: durable, quorum (classic with ?queue_type=classic);
                           x-dead-letter-exchange p.q.dlx; x-delivery-limit = max_deliveries;
                           x-dead-letter-strategy at-least-once (quorum)
-    p.q.dlx  → p.q.dead   dead letters: a fanout exchange and a durable queue (quorum
-                          with quorum queues: replicated; x-delivery-limit 1,000,000)
+    p.q.dlx  → p.q.dead   dead letters: a fanout exchange and a durable classic queue
+                          (quorum with ?dead_queue_type=quorum; x-delivery-limit 1,000,000)
     p.q.deliver → q       a fanout exchange: the last hop of a delay
     p.q.delay.k → p.q.wait.k   delay tier k (0 ≤ k < 32): a topic exchange and a durable
                           queue (of the URL's queue_type) whose messages live 2**k ms, then
