@@ -154,7 +154,7 @@ class LocalRabbitCluster:
         others = ",".join(f"{HOST}:{n.port}" for n in self.nodes if n is not head)
         api = self.nodes[management].management
         return (
-            f"amqp://guest:guest@{HOST}:{head.port}/%2F?hosts={others}&dead_queue_type=quorum"
+            f"amqp://guest:guest@{HOST}:{head.port}/%2F?hosts={others}&aux_queue_type=quorum"
             f"&management=http://{HOST}:{api}"
         )
 

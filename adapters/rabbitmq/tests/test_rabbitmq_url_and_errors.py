@@ -83,7 +83,7 @@ def test_hosts_are_more_nodes_tried_in_order_after_the_urls_own() -> None:
     ("url", "match"),
     [
         ("amqp://h/?hosts=b:x", "is not host:port"),
-        ("amqp://h/?dead_queue_type=stream", "dead_queue_type"),
+        ("amqp://h/?aux_queue_type=stream", "aux_queue_type"),
         ("amqp://h/?nope=1", "unknown option"),
         ("amqp://h/?queue_type=stream", "queue_type"),
         ("amqp://h/?heartbeat=0", "heartbeat must be > 0"),

@@ -27,12 +27,12 @@ back to the queue at once.  A worker reading several queues has its windows per 
                           x-dead-letter-exchange p.q.dlx; x-delivery-limit = max_deliveries;
                           x-dead-letter-strategy at-least-once (quorum)
     p.q.dlx  → p.q.dead   dead letters: a fanout exchange and a durable classic queue
-                          (quorum with ?dead_queue_type=quorum; x-delivery-limit 1,000,000)
+                          (quorum with ?aux_queue_type=quorum; x-delivery-limit 1,000,000)
     p.q.deliver → q       a fanout exchange: the last hop of a delay
     p.q.delay.k → p.q.wait.k   delay tier k (0 ≤ k < 32): a topic exchange and a durable
-                          queue (of the URL's queue_type) whose messages live 2**k ms, then
-                          are dead-lettered (at least once, quorum) to tier k-1's exchange
-                          (tier 0: to p.q.deliver)
+                          classic queue (quorum with ?aux_queue_type=quorum: dead-lettered
+                          at least once) whose messages live 2**k ms, then are dead-lettered
+                          to tier k-1's exchange (tier 0: to p.q.deliver)
 
 **Delays** are binary: a delay of ``d`` ms is published with the routing key of its 32 bits
 (``"b31.b30.….b0"``) to the exchange of its highest set bit; exchange ``k`` routes a message

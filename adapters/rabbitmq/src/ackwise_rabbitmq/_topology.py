@@ -72,9 +72,7 @@ class _Topology(_IOThread):
         ch.exchange_declare(dlx, "fanout", durable=True)
         # Listing dead letters takes them and puts them back, which a quorum queue counts as
         # a delivery: a limit no listing reaches (RabbitMQ 4 would drop them after 20).
-        self._declare_aux(
-            dead, {"x-delivery-limit": DEAD_DELIVERY_LIMIT}, self.settings.dead_queue_type
-        )
+        self._declare_aux(dead, {"x-delivery-limit": DEAD_DELIVERY_LIMIT})
         ch = self._admin()
         ch.queue_bind(dead, dlx)
         if self._exists(name) is None:
@@ -116,13 +114,13 @@ class _Topology(_IOThread):
             ch.exchange_bind(below, exchange, routing_key=f"{above}0.#")
             below = exchange
 
-    def _declare_aux(self, name: str, args: dict[str, Any], kind: str | None = None) -> None:
+    def _declare_aux(self, name: str, args: dict[str, Any]) -> None:
         """Declare a queue that holds ackwise's own messages (dead letters, a delay tier) of
-        queue type ``kind`` (default: the URL's) (I/O thread): quorum queues are replicated,
-        so a cluster that loses a node keeps them; what expires from a quorum delay tier is
-        dead-lettered at least once.  One that exists with other arguments (declared classic by an
+        the URL's ``aux_queue_type`` (I/O thread): quorum queues are replicated, so a cluster
+        that loses a node keeps them; what expires from a quorum delay tier is dead-lettered
+        at least once.  One that exists with other arguments (declared classic by an
         earlier version) is kept as it is."""
-        kind = kind or self.settings.queue_type
+        kind = self.settings.aux_queue_type
         args = {**args, "x-queue-type": kind}
         if kind != "quorum":
             args.pop("x-delivery-limit", None)

@@ -27,9 +27,10 @@
     so that a message that left ``ready`` before the call is seen in flight.
 ``prefix`` (default ``ackwise``)
     names the exchanges and auxiliary queues (``<prefix>.<queue>.dlx``, …).
-``dead_queue_type`` (``classic``, default, or ``quorum``)
-    the queue type of each queue's dead-letter queue.  ``quorum`` replicates dead letters, so a
-    cluster that loses a node keeps them listable; but a quorum queue counts deliveries of its
+``aux_queue_type`` (``classic``, default, or ``quorum``)
+    the queue type of each queue's dead-letter queue and delay tiers.  ``quorum`` replicates
+    them, so a cluster that loses a node keeps dead letters and delayed messages; it costs 33
+    more quorum queues (Raft groups) per queue, and a quorum queue counts deliveries of its
     own, so the attempt of a message RabbitMQ dead-lettered by itself (past
     ``x-delivery-limit``: the worker never got to dead-letter it) reads as 1 there.
 ``hosts`` (``host:port,host:port``)
@@ -70,7 +71,7 @@ _KNOWN = {
     "verify",
     "server_hostname",
     "hosts",
-    "dead_queue_type",
+    "aux_queue_type",
 }
 
 
@@ -96,7 +97,7 @@ class RabbitMQSettings:
     keyfile: str | None = None
     verify: bool = True
     server_hostname: str | None = None
-    dead_queue_type: str = "classic"
+    aux_queue_type: str = "classic"
     #: More nodes (``hosts``), tried after ``host:port`` in this order.
     more_hosts: tuple[tuple[str, int], ...] = ()
 
@@ -169,11 +170,11 @@ def parse_rabbitmq_url(url: BrokerURL) -> RabbitMQSettings:
             f"broker URL {url}: TLS options ({', '.join(tls)}) need the amqps:// scheme"
         )
     queue_type = q.get("queue_type", "quorum")
-    dead_queue_type = q.get("dead_queue_type", "classic")
-    if dead_queue_type not in ("quorum", "classic"):
+    aux_queue_type = q.get("aux_queue_type", "classic")
+    if aux_queue_type not in ("quorum", "classic"):
         raise InvalidBrokerURL(
-            f"broker URL {url}: dead_queue_type must be 'quorum' or 'classic', got "
-            f"{dead_queue_type!r}"
+            f"broker URL {url}: aux_queue_type must be 'quorum' or 'classic', got "
+            f"{aux_queue_type!r}"
         )
     if queue_type not in ("quorum", "classic"):
         raise InvalidBrokerURL(
@@ -217,7 +218,7 @@ def parse_rabbitmq_url(url: BrokerURL) -> RabbitMQSettings:
         connection_timeout=_seconds(url, "connection_timeout", q.get("connection_timeout", "10")),
         confirm_timeout=_seconds(url, "confirm_timeout", q.get("confirm_timeout", "30")),
         queue_type=queue_type,
-        dead_queue_type=dead_queue_type,
+        aux_queue_type=aux_queue_type,
         priorities=priorities in ("true", "1", "yes"),
         consumer_timeout=_seconds(url, "consumer_timeout", q.get("consumer_timeout", "1800")),
         management=q.get("management") or None,
