@@ -27,6 +27,8 @@ from ackwise_conformance.brokers import missing_broker
 from ackwise_conformance.failover import kill_mid_drain
 from ackwise_conformance.harness import Harness, SimpleBroker
 
+# Not a "crash" file (conftest.py): its takeover waits tolerate a loaded host, so it runs on
+# the other pytest process, beside the unit tests, not in line with the crash suites.
 pytestmark = pytest.mark.slow
 
 

@@ -23,6 +23,8 @@ from ackwise_conformance.harness import Harness, SimpleBroker
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.provisioning import BrokerUnavailable
 
+# Not a "crash" file (conftest.py): its takeover waits tolerate a loaded host, so it runs on
+# the other pytest process, beside the unit tests, not in line with the crash suites.
 pytestmark = pytest.mark.slow
 
 
