@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ackwise_rabbitmq._io import _Done
+from ackwise_rabbitmq._calls import _Done
 
 
 def test_a_wait_returns_when_another_thread_sets_it() -> None:

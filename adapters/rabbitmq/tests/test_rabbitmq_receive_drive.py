@@ -9,6 +9,8 @@ import time
 import uuid
 from collections.abc import Sequence
 
+from pika import BlockingConnection
+
 from ackwise import Delivery, Outgoing, QueueSpec, open_adapter
 from ackwise.errors import TransientAdapterError
 from ackwise_conformance.brokers import BrokerHandle
@@ -129,3 +131,26 @@ def test_closing_the_adapter_ends_a_waiting_receive(rabbitmq_url: str) -> None:
     assert receiver.ended - started < 5.0
     assert not receiver.got
     _delete(rabbitmq_url, queue)
+
+
+def test_a_receive_that_finds_the_connection_closed_leaves_it_to_the_io_thread(
+    rabbitmq_url: str,
+) -> None:
+    """The connection closed (a cluster node killed) while the I/O thread held it and before
+    it noticed: a receive that asks the I/O thread to stand aside must not raise pika's
+    ConnectionWrongStateError, which no worker maps (CI: the worker died with it, and the
+    cluster failover test's queue never drained).  It returns, the I/O thread shuts down on
+    the closed connection, and the receive reports a transient error the worker survives."""
+    adapter = _adapter(rabbitmq_url)
+    live = adapter._conn
+    closed = BlockingConnection(adapter.settings.connection_parameters())
+    closed.close()
+    try:
+        with adapter._io:  # as if the I/O thread were in its turn
+            adapter._conn = closed
+            try:
+                adapter._drive(lambda: False, time.monotonic() + 1.0)
+            finally:
+                adapter._conn = live
+    finally:
+        adapter.close()

@@ -25,6 +25,7 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 from ackwise import Adapter, BrokerURL
 from ackwise.errors import AdapterError, BrokerUnavailable, TransientAdapterError
 from ackwise_rabbitmq import _pika_private
+from ackwise_rabbitmq._calls import Publish, _Call
 from ackwise_rabbitmq._errors import map_pika_errors, translate_pika_error
 from ackwise_rabbitmq._messages import _read_frame
 from ackwise_rabbitmq._quiet import quiet_raised_errors
@@ -40,60 +41,6 @@ _CALL_SLACK = 30.0
 #: While nothing consumes, the I/O thread turns the loop (heartbeats, what the broker sent)
 #: at least this often (seconds) and callers run their calls themselves in between.
 _PRODUCER_TURN = 0.5
-
-
-#: A message to publish: exchange, routing key, body, properties.
-Publish = tuple[str, str, bytes, Any]
-
-
-class _Done:
-    """Whether a call is done, and a wait for it: an ``Event`` for one waiter, without the
-    ``Condition`` an Event builds (a call is made for every publish)."""
-
-    __slots__ = ("_flag", "_lock")
-
-    def __init__(self) -> None:
-        self._flag = False
-        self._lock = threading.Lock()
-        self._lock.acquire()  # released once, by set()
-
-    def is_set(self) -> bool:
-        return self._flag
-
-    def set(self) -> None:
-        """Mark it done; again is a no-op."""
-        if not self._flag:
-            self._flag = True
-            try:
-                self._lock.release()
-            except RuntimeError:  # two threads set it at once (a failure and a shutdown)
-                pass
-
-    def wait(self, timeout: float) -> bool:
-        """Whether it is done, waiting up to ``timeout`` seconds (one waiter)."""
-        if not self._flag:
-            self._lock.acquire(timeout=timeout)
-        return self._flag
-
-
-class _Call:
-    __slots__ = ("detached", "done", "error", "fn", "publish", "result")
-
-    def __init__(
-        self,
-        fn: Callable[[], Any],
-        *,
-        detached: bool = False,
-        publish: Sequence[Publish] | None = None,
-    ) -> None:
-        self.fn = fn
-        self.detached = detached  # nobody waits for it: its error is logged
-        #: A confirmed publish of these messages: publishes queued behind one another go
-        #: out while earlier ones await their confirms (:meth:`_IOThread._run_publishes`).
-        self.publish = publish
-        self.done = _Done()
-        self.result: Any = None
-        self.error: BaseException | None = None
 
 
 class _ConnectionLost(Exception):
@@ -336,7 +283,11 @@ class _IOThread(Adapter):
             if not self._io.acquire(blocking=False):
                 if not take:
                     return
-                conn.add_callback_threadsafe(_noop)  # out of its wait on the socket
+                try:
+                    conn.add_callback_threadsafe(_noop)  # out of its wait on the socket
+                except px.ConnectionWrongStateError:
+                    wake = True  # closed or closing: the I/O thread shuts down on it
+                    return
                 if not self._io.acquire(timeout=max(0.0, deadline - time.monotonic())):
                     wake = True
                     return

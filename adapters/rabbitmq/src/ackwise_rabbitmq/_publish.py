@@ -24,7 +24,7 @@ from ackwise.errors import (
     TransientAdapterError,
 )
 from ackwise_rabbitmq import _pika_private
-from ackwise_rabbitmq._io import Publish, _Call
+from ackwise_rabbitmq._calls import Publish, _Call
 from ackwise_rabbitmq._messages import H_ATTEMPT, H_DEAD_AT, H_REASON, MAX_MESSAGE_SIZE
 from ackwise_rabbitmq._topology import MAX_DELAY_MS, _bits, _Topology
 
