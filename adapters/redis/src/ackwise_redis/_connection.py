@@ -110,11 +110,13 @@ class Link:
             del self._conns[address]
             self._master, self._slots = None, []
             address = self._address(key)
-            conn = self._conns.get(address)
-            if conn is not None:
-                return conn
-        conn = self._open(address)
-        self._conns[address] = conn
+        return self._node(address)
+
+    def _node(self, address: Address) -> Any:
+        """The connection to the node at ``address``, opened when there is none."""
+        conn = self._conns.get(address)
+        if conn is None:
+            conn = self._conns[address] = self._open(address)
         return conn
 
     def _open(self, address: Address) -> Any:
@@ -273,9 +275,7 @@ class Link:
             except rx.AskError as exc:  # MOVED too: the command did not run, send it there
                 self.redirected(exc)
                 address = (exc.host, int(exc.port))
-                conn = self._conns.get(address) or self._conns.setdefault(
-                    address, self._open(address)
-                )
+                conn = self._node(address)
                 asking = not isinstance(exc, rx.MovedError)
             except _LOST:
                 # A late reply must never be read as the answer to the next command.

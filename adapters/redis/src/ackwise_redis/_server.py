@@ -121,15 +121,18 @@ class _Server(Adapter):
 
     def _connection(self, key: bytes | None = None) -> Any:
         """The connection that serves ``key`` (in a cluster: its slot's primary)."""
+        self._ready(key)
+        return self._link.connection(key)
+
+    def _ready(self, key: bytes | None) -> None:
+        """Open the link if it is not, and check the connection of ``key`` if it sat idle."""
         if not self._link.is_open:
             self.open()
-        conn = self._link.connection(key)
         now = time.monotonic()
         idle = now - self._last_used
         self._last_used = now
         if idle > IDLE_CHECK:
-            self._check_idle_connection(conn, idle)
-        return conn
+            self._check_idle_connection(self._link.connection(key), idle)
 
     def _check_idle_connection(self, conn: Any, idle: float) -> None:
         """Drop a connection that died while idle, before a command is sent on it.
@@ -157,5 +160,5 @@ class _Server(Adapter):
                 conn.disconnect()  # the next send reconnects
 
     def _eval(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        self._connection(keys[0] if keys else None)  # the idle check first
+        self._ready(keys[0] if keys else None)  # the idle check first
         return self._link.eval(script, keys, args)
