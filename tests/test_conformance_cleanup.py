@@ -37,8 +37,9 @@ SELFTEST_DIR = Path(__file__).parent / "selftest"
 class Target:
     handle: BrokerHandle
     leftovers: Callable[[str], list[str]]
-    #: Scenarios of the green run (a beat scenario where the broker has a lock store).
-    green: str
+    #: Level and scenarios of the green run (a beat scenario where the broker has a lock
+    #: store).
+    green: tuple[str, str]
 
 
 def _redis_leftovers(handle: BrokerHandle) -> Callable[[str], list[str]]:
@@ -94,7 +95,9 @@ def _sqs_leftovers(handle: BrokerHandle) -> Callable[[str], list[str]]:
 
 
 LEFTOVERS = {"redis": _redis_leftovers, "rabbitmq": _rabbitmq_leftovers, "sqs": _sqs_leftovers}
-GREEN = {"redis": "C02,B04", "rabbitmq": "C02", "sqs": "C02"}  # with level 1, LATE only
+#: The green run's levels and scenarios (LATE only).  Level 1 runs where it is fastest: its
+#: cleanup is the suite's own, and each adapter's delete_queue is checked by level 1 itself.
+GREEN = {"redis": ("all", "C02,B04"), "rabbitmq": ("2", "C02"), "sqs": ("2", "C02")}
 
 
 @pytest.fixture(scope="module", params=sorted(LEFTOVERS))
@@ -154,7 +157,7 @@ def test_a_green_run_leaves_nothing(target: Target) -> None:
         _cli(
             target.handle.url,
             prefix,
-            *("--level", "all", "--scenario", target.green, "--mode", "late"),
+            *("--level", target.green[0], "--scenario", target.green[1], "--mode", "late"),
         ),
         600,
     )

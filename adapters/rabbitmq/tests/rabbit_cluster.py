@@ -77,13 +77,21 @@ class RabbitNode:
         self.proc.wait(30)
         self.proc = None
 
+    def terminate(self) -> None:
+        """Ask the node to stop (SIGTERM to its process group); :meth:`stop` waits."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
     def stop(self) -> None:
         if self.proc is None:
             return
+        self.terminate()
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
             pass
         self.kill()
 
@@ -165,5 +173,7 @@ class LocalRabbitCluster:
         return next((n for n in self.nodes if n.name == leader), None)
 
     def stop(self) -> None:
+        for node in self.nodes:
+            node.terminate()  # all at once: each takes seconds to stop
         for node in self.nodes:
             node.stop()
