@@ -7,12 +7,15 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 APP = """
-import logging, os, signal
+import logging, os, signal, time
 from ackwise import Ack, App
 
 app = App("obs", broker={url!r})
@@ -41,6 +44,10 @@ def flaky():
 @app.task(name="obs.broken", autoretry_for=())
 def broken():
     raise RuntimeError("always broken")
+
+@app.task(name="obs.nap")
+def nap(seconds):
+    time.sleep(seconds)
 
 @app.task(name="obs.killer", ack=Ack.LATE)
 def killer():
@@ -323,3 +330,89 @@ def test_metrics_without_prometheus_client_say_what_to_install(tmp_path: Path) -
     assert proc.stderr.strip() == (
         "ackwise: error: --metrics-port needs prometheus_client: pip install 'ackwise[prometheus]'"
     )
+
+
+def _health(port: int) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _until(what: Callable[[], Any], description: str, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = what()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {description}")
+
+
+def test_healthz_fails_while_the_loop_is_blocked_past_a_lease(tmp_path: Path) -> None:
+    name = _write_app(tmp_path)
+    mod = _import(tmp_path, name)
+    log_path = tmp_path / "worker.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "ackwise", "worker", f"{name}:app"),
+                *("--pool", "threads", "-c", "1", "--lease", "1"),
+                *("--metrics-port", "0", "--metrics-host", "127.0.0.1"),
+                *("--metrics-stats-interval", "0"),
+            ],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(tmp_path)},
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        port = _wait_for_port(log_path, proc)
+        status, body = _until(lambda: (h := _health(port))[1]["state"] == "running" and h, "a turn")
+        assert status == 200 and body["loop_age"] <= 1.0 and body["limit"] == 1.0, body
+        mod.nap.delay(60)
+        _until(lambda: _value(_scrape(port), "ackwise_worker_running_tasks") == 1, "the nap")
+        # Another process's write lock on the broker's file holds the loop's next lease
+        # renewal (a write) for as long as it is kept: the loop stops turning.
+        lock = sqlite3.connect(tmp_path / "broker.db", isolation_level=None)
+        lock.execute("BEGIN EXCLUSIVE")
+        try:
+            status, body = _until(lambda: (h := _health(port))[0] == 503 and h, "a 503", 10)
+            assert body["state"] == "running" and body["loop_age"] > 1.0, body
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        status, body = _until(lambda: (h := _health(port))[0] == 200 and h, "a 200 again", 10)
+        assert body["state"] == "running", body
+    finally:
+        proc.kill()  # the nap is not waited for
+        proc.wait(30)
+
+
+def test_health_by_state_starting_reconnecting_stalled_stopped() -> None:
+    from ackwise import App, Worker, WorkerConfig
+    from ackwise._health import health_of
+
+    app = App("health", broker=f"memory://health-{uuid.uuid4().hex[:8]}")
+    worker = Worker(app, WorkerConfig(pool="threads", lease=2.0))
+    assert health_of(worker) == health_of(worker, now=0.0)  # no turn yet: the clock is unread
+    assert (health_of(worker).ok, health_of(worker).state) == (True, "starting")
+    worker.last_turn = 100.0
+    assert (health_of(worker, now=101.9).ok, health_of(worker, now=101.9).state) == (
+        True,
+        "running",
+    )
+    stalled = health_of(worker, now=102.5)
+    assert (stalled.ok, stalled.loop_age, stalled.limit) == (False, 2.5, 2.0)
+    worker.reconnecting = True  # turns at the backoff's pace: not a stall
+    assert (health_of(worker, now=110.0).ok, health_of(worker, now=110.0).state) == (
+        True,
+        "reconnecting",
+    )
+    worker.reconnecting = False
+    worker.request_stop()
+    assert health_of(worker, now=101.0).state == "stopping"
+    worker._stopped.set()  # what run() does once its loop ended
+    assert (health_of(worker).ok, health_of(worker).state) == (False, "stopped")
+    app.close()

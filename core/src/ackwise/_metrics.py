@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import bisect
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from ackwise._events import (
     BrokerError,
@@ -33,6 +35,7 @@ from ackwise._events import (
     Started,
     Succeeded,
 )
+from ackwise._health import with_health
 from ackwise.errors import AckwiseError, ConfigurationError
 
 try:
@@ -42,6 +45,7 @@ try:
         GaugeMetricFamily,
         HistogramMetricFamily,
     )
+    from prometheus_client.exposition import ThreadingWSGIServer
     from prometheus_client.registry import Collector
 except ImportError:  # pragma: no cover - the CLI says how to install it
     prom = None  # type: ignore[assignment]
@@ -53,6 +57,14 @@ if TYPE_CHECKING:
 __all__ = ["QueueSampler", "WorkerMetrics", "require_prometheus"]
 
 log = logging.getLogger(__name__)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape or probe."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
 
 #: Task durations: 1 ms to 10 min.
 DURATION_BUCKETS = (
@@ -237,19 +249,24 @@ class WorkerMetrics(Collector):
 
     # -- serving ---------------------------------------------------------------------------
     def serve(self, port: int, host: str = "0.0.0.0") -> int:
-        """Serve ``/metrics`` on ``host:port`` from a daemon thread; return the bound port.
+        """Serve ``/metrics`` and ``/healthz`` (:mod:`ackwise._health`) on ``host:port`` from
+        a daemon thread; return the bound port.
 
         :raises ConfigurationError: the address cannot be listened on.
         """
+        app = with_health(prom.make_wsgi_app(self.registry), self.worker)
         try:
-            server, _thread = prom.start_http_server(port, host, registry=self.registry)
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+            server_class = type("Server", (ThreadingWSGIServer,), {"address_family": family})
+            server: Any = make_server(host, port, app, server_class, handler_class=_QuietHandler)
         except OSError as exc:
             raise ConfigurationError(
                 f"--metrics-port {port}: cannot listen on {host}:{port}: {exc.strerror or exc}"
             ) from None
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         self._server = server
         bound = int(server.server_address[1])
-        log.info("metrics on http://%s:%d/metrics", host, bound)
+        log.info("metrics on http://%s:%d/metrics (liveness: /healthz)", host, bound)
         return bound
 
     def close(self) -> None:

@@ -126,6 +126,12 @@ class Worker:
         self._running: dict[int, Held] = {}
         self._stop_requested = 0  # 1: graceful, 2: cold
         self._stopped = threading.Event()
+        #: When the consumer loop last began a turn (monotonic; 0 before its first): what
+        #: ``/healthz`` reads (:mod:`ackwise._health`).
+        self.last_turn = 0.0
+        #: Waiting to reach the broker again after a transient error (the loop then turns
+        #: at the pace of its backoff; ``--broker-timeout`` ends the wait).
+        self.reconnecting = False
         self._ready = threading.Event()
         self._executor: Executor | None = None
         self._kill_reason: dict[int, str] = {}
@@ -178,6 +184,11 @@ class Worker:
     def stopping(self) -> bool:
         """Whether a stop was requested."""
         return self._stop_requested > 0
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the worker's loop has ended."""
+        return self._stopped.is_set()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
@@ -279,10 +290,12 @@ class Worker:
         settler = self.settler
         failing_since = 0.0
         while True:
+            self.last_turn = time.monotonic()
             try:
                 if reconnect_in:
                     self.connection.reopen(reconnect_in)
                     reconnect_in = 0.0
+                    self.reconnecting = False
                     backoff.reset()
                     self.events.emit(Reconnected(time.monotonic() - failing_since))
                     failing_since = 0.0
@@ -377,6 +390,7 @@ class Worker:
                         f"(--broker-timeout); last error: {exc}"
                     ) from exc
                 reconnect_in = backoff.next()
+                self.reconnecting = True
                 log.warning("broker error (%s); reconnecting in %.1fs", exc, reconnect_in)
             except AdapterError as exc:
                 # Permanent (bad credentials, a missing queue…): retrying cannot help.
