@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import hashlib
 import importlib.metadata
 import os
+import platform
 import shlex
 import signal
 import statistics
@@ -21,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -197,40 +199,63 @@ def stop_worker(w: WorkerProc) -> None:
 
     Everything measured was flushed to the starts directory before this is called.
     """
-    proc = w.proc
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+    stop_workers([w])
+
+
+def stop_workers(workers: Sequence[WorkerProc]) -> None:
+    """:func:`stop_worker` for several workers at once: one grace period for all of them."""
+    for w in workers:
+        if w.proc.poll() is None:
+            w.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    for w in workers:
         try:
-            proc.wait(timeout=5)
+            w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+    for w in workers:
+        try:
+            os.killpg(w.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        w.proc.wait()
 
 
 def follow_drain(
-    w: WorkerProc, tasks: int, what: str, also: int | None = None
+    w: WorkerProc | Sequence[WorkerProc],
+    tasks: int,
+    what: str,
+    also: int | None = None,
+    go: Callable[[], None] | None = None,
 ) -> tuple[Drain, float]:
     """Follow a drain to its end (all started, or the window passed); return its figures.
 
+    ``w``: the worker, or several draining one queue (their starts and their CPU summed).
     ``also``: another pid (the broker) whose CPU (with its descendants') is sampled over the
     same time; returned as µs per counted task beside the drain (NaN without it).
+    ``go``: called once the CPU samplers run (``bench/scaling.py`` resumes paused workers).
     """
+    workers = [w] if isinstance(w, WorkerProc) else list(w)
     try:
         with contextlib.ExitStack() as stack:
-            sampler = stack.enter_context(embedded.CpuSampler(w.proc.pid))
+            sampler = stack.enter_context(embedded.CpuSampler([x.proc.pid for x in workers]))
             other = stack.enter_context(embedded.CpuSampler(also)) if also is not None else None
-            embedded.follow(w.count, tasks, w.alive, what)
+            if go is not None:
+                go()
+            embedded.follow(
+                lambda: sum(x.count() for x in workers),
+                tasks,
+                lambda: all(x.alive() for x in workers),
+                what,
+            )
             time.sleep(3 * startlog.FLUSH_EVERY)  # let every process flush its last starts
     except BaseException:
-        sys.stderr.write(w.log_tail())
+        for x in workers:
+            sys.stderr.write(x.log_tail())
         raise
     finally:
-        stop_worker(w)
-    starts = startlog.read_dir(str(w.starts))
+        stop_workers(workers)
+    starts = sorted(t for x in workers for t in startlog.read_dir(str(x.starts)))
     result = embedded.drain_figures(starts, sampler.samples)
     other_us = float("nan")
     if other is not None:
@@ -290,20 +315,27 @@ def measure_latency(w: WorkerProc, send: Callable[[float], Any], what: str) -> t
 
 
 # -- the command line -----------------------------------------------------------------------
-def parse_args(description: str, script: str, out: str) -> tuple[argparse.Namespace, str]:
-    """The options of a broker benchmark and the command that reruns it (its "Rerun:" line)."""
+def parse_args(
+    description: str, script: str, out: str, baseline: bool = True
+) -> tuple[argparse.Namespace, str]:
+    """The options of a broker benchmark and the command that reruns it (its "Rerun:" line).
+
+    ``baseline``: offer ``--baseline`` (``args.baseline`` is None without it).
+    """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--out", default=str(BENCH_DIR / out))
     parser.add_argument("--only", default="", help="comma-separated prefixes of cell keys")
-    parser.add_argument(
-        "--baseline",
-        metavar="PYTHON",
-        help="another checkout's interpreter (its .venv/bin/python): adds drain cells whose "
-        "ackwise worker it runs (ackwise-baseline), interleaved with the others",
-    )
+    if baseline:
+        parser.add_argument(
+            "--baseline",
+            metavar="PYTHON",
+            help="another checkout's interpreter (its .venv/bin/python): adds drain cells whose "
+            "ackwise worker it runs (ackwise-baseline), interleaved with the others",
+        )
     args = parser.parse_args()
+    args.baseline = getattr(args, "baseline", None)
     args.baseline_note = describe_baseline(args.baseline) if args.baseline else ""
     command = " ".join(
         [f"uv run --group bench python bench/{script}", shlex.join(sys.argv[1:])]
@@ -341,7 +373,7 @@ def describe_baseline(python: str) -> str:
     return f"ackwise from {source}, git {head or '?'}{' + uncommitted changes' if dirty else ''}"
 
 
-def baseline_section(cells: list[Cell], note: str, keys: list[str]) -> list[str]:
+def baseline_section(cells: Sequence[Cell], note: str, keys: list[str]) -> list[str]:
     """The report's "against the baseline" table: each ``key`` vs ``<key>`` on the baseline."""
     by = {c.key: c for c in cells if c.values}
     pairs = [(by[k], by[f"{k}-baseline"]) for k in keys if k in by and f"{k}-baseline" in by]
@@ -386,7 +418,10 @@ class Cell:
         return statistics.median(good) if good else None
 
 
-def select(cells: list[Cell], only: str) -> list[Cell]:
+C = TypeVar("C", bound=Cell)
+
+
+def select(cells: list[C], only: str) -> list[C]:
     prefixes = [p.strip() for p in only.split(",") if p.strip()]
     if not prefixes:
         return cells
@@ -445,7 +480,13 @@ def record(c: Cell, result: Any, run: int, tasks: int) -> str:
 
 
 def run_cells(
-    cells: list[Cell], broker: Any, tmp: Path, rounds: int, tasks: int, width: int, first: int = 1
+    cells: Sequence[Cell],
+    broker: Any,
+    tmp: Path,
+    rounds: int,
+    tasks: int,
+    width: int,
+    first: int = 1,
 ) -> None:
     """Run every cell ``rounds`` times (``c.run(broker, cell_dir, tasks)``), progress to stderr.
 
@@ -465,9 +506,6 @@ def run_cells(
 
 
 # -- report helpers -------------------------------------------------------------------------
-C = TypeVar("C", bound=Cell)
-
-
 def rows(cells: list[C], kind: str, figures: Callable[[C], list[str]]) -> list[str]:
     """The table rows of the measured cells of one kind: system, configuration, figures."""
     return [
@@ -507,7 +545,7 @@ def drain_table(cells: list[Cell], tasks: int, server: str) -> list[str]:
 
 
 def report_end(
-    cells: list[Cell],
+    cells: Sequence[Cell],
     ratios: list[str],
     ratio_title: str,
     peer: str,
@@ -555,6 +593,20 @@ def latency_table(cells: list[Cell]) -> list[str]:
     ]
 
 
+def run_header(
+    runs: int, tasks: int, elapsed: float, load: tuple[float, float], head: str, tree: str
+) -> list[str]:
+    """A report's first lines: when, at which commit, how many runs; the machine and its load."""
+    return [
+        f"Run {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}, git {head[:7]}{tree} at "
+        f"the start; {runs} run(s) per cell, {tasks:,} tasks; {elapsed / 60:.1f} min.",
+        "",
+        f"Machine: {platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs ({embedded.cpu_model()}), {platform.system()} "
+        f"{platform.release()}; load average {load[0]:.2f} at the start, {load[1]:.2f} at the end.",
+    ]
+
+
 def tree_state() -> str:
     """Uncommitted changes to ackwise's code (core/, adapters/): "" or a note with their hash."""
     diff = embedded.git("diff", "HEAD", "--", "core", "adapters")
@@ -562,6 +614,22 @@ def tree_state() -> str:
         return ""
     digest = hashlib.sha256(diff.encode()).hexdigest()[:12]
     return f" + uncommitted changes in core/ or adapters/ (diff sha256 {digest})"
+
+
+def note_tree_change(cells: Sequence[Cell], tree_start: str, head_start: str) -> None:
+    """A warning on the first cell when the commit or core/, adapters/ changed during the run."""
+    if cells and (tree_state(), embedded.git("rev-parse", "HEAD")) != (tree_start, head_start):
+        cells[0].notes.append(
+            "core/ or adapters/ changed during the run (a commit or uncommitted edits): the runs "
+            "of an ackwise cell may have measured different code"
+        )
+
+
+def server_pid(handle: Any) -> int | None:
+    """The pid of the broker process ``provide`` started (the root of its process tree), or
+    None (a container, an external broker).  Private: ``BrokerHandle`` does not expose it."""
+    proc = getattr(getattr(handle, "_server", None), "proc", None)
+    return proc.pid if proc is not None else None
 
 
 def version(dist: str) -> str:
@@ -605,11 +673,7 @@ def run_report(
         finally:
             server.stop()
     load = (load_start, os.getloadavg()[0])
-    if cells and (tree_state(), embedded.git("rev-parse", "HEAD")) != (tree_start, head_start):
-        cells[0].notes.append(
-            "core/ or adapters/ changed during the run (a commit or uncommitted edits): the runs "
-            "of an ackwise cell may have measured different code"
-        )
+    note_tree_change(cells, tree_start, head_start)
     text = render(
         cells, args, command, time.monotonic() - started, server, load, head_start, tree_start
     )

@@ -85,6 +85,14 @@ BENCHES = [
         "results-rate-limit.md",
         "a rate limit shared by two workers (Redis)",
     ),
+    Bench(
+        "scaling",
+        "scaling.py",
+        "results-scaling.md",
+        "drain rate with 1, 2, 4 worker processes on Redis, RabbitMQ, PostgreSQL",
+        # A Redis drain of 20,000 tasks lasts half a second: too short for its CPU figures.
+        args=("--tasks", "100000"),
+    ),
 ]
 SOAK = Bench(
     "soak",

@@ -8,9 +8,7 @@ PostgreSQL server.  See ``bench/README.md`` for the method.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import platform
 import statistics
 import sys
 import uuid
@@ -20,7 +18,6 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import _common  # embedded.Drain, startlog, CPU sampling: the shared method
-import embedded
 import psycopg
 from _common import Cell, Drain
 from pgbench import pg_tasks
@@ -66,9 +63,8 @@ class Server:
         os.environ.pop("ACKWISE_TEST_POSTGRESQL_URL", None)
         self.handle = provide("postgresql", tmp_dir=tmp, durable=False)
         # The server's process tree (runner, postmaster, every backend): its CPU is sampled
-        # during drains.  Private: BrokerHandle (ackwise_conformance) does not expose it.
-        proc = getattr(getattr(self.handle, "_server", None), "proc", None)
-        self.pid: int | None = proc.pid if proc is not None else None
+        # during drains.
+        self.pid = _common.server_pid(self.handle)
         admin = psycopg.connect(self.handle.url, autocommit=True)
         try:
             self.version = str(admin.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
@@ -393,13 +389,7 @@ def render(
     lines = [
         "# PostgreSQL benchmark: ackwise vs Procrastinate (same run, same PostgreSQL)",
         "",
-        f"Run {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}, git "
-        f"{head[:7]}{tree} at the start; {args.runs} "
-        f"run(s) per cell, {args.tasks:,} tasks; {elapsed / 60:.1f} min.",
-        "",
-        f"Machine: {platform.python_implementation()} {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs ({embedded.cpu_model()}), {platform.system()} "
-        f"{platform.release()}; load average {load[0]:.2f} at the start, {load[1]:.2f} at the end.",
+        *_common.run_header(args.runs, args.tasks, elapsed, load, head, tree),
         "",
         f'Server: PostgreSQL {s.version}, private (`provide("postgresql", durable=False)`: '
         f"{s.settings}), on a free port over TCP 127.0.0.1; one database per system "

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime as dt
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -23,7 +20,6 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import _common  # embedded.Drain, startlog, CPU sampling: the shared method
-import embedded
 import pika
 from _common import Cell, Drain
 from rabbitbench import rabbit_tasks
@@ -64,9 +60,7 @@ class Broker:
         else:
             self.url = self.handle.url
             # The node's process group (private nodes only): its CPU is sampled during drains.
-            # Private: BrokerHandle (ackwise_conformance) does not expose the broker's process.
-            proc = getattr(getattr(self.handle, "_server", None), "proc", None)
-            self.pid = proc.pid if proc is not None else None
+            self.pid = _common.server_pid(self.handle)
             if self.handle.source == "env":
                 self.where = (
                     "the RabbitMQ of `$ACKWISE_TEST_RABBITMQ_URL` (queues deleted after each cell)"
@@ -550,13 +544,7 @@ def render(
     lines = [
         "# RabbitMQ benchmark: ackwise vs Celery, Dramatiq (same run, same RabbitMQ)",
         "",
-        f"Run {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}, git "
-        f"{head[:7]}{tree} at the start; {args.runs} "
-        f"run(s) per cell, {args.tasks:,} tasks; {elapsed / 60:.1f} min.",
-        "",
-        f"Machine: {platform.python_implementation()} {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs ({embedded.cpu_model()}), {platform.system()} "
-        f"{platform.release()}; load average {load[0]:.2f} at the start, {load[1]:.2f} at the end.",
+        *_common.run_header(args.runs, args.tasks, elapsed, load, head, tree),
         "",
         f"Broker: RabbitMQ {b.version}, {b.where}.",
         "",

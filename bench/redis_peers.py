@@ -47,9 +47,20 @@ class Server:
         self.handle = provide("redis", tmp_dir=tmp, durable=False)
         self.url = self.handle.url
         self.client = redis.Redis.from_url(self.url)
+        self.pid = _common.server_pid(self.handle)  # redis-server (bench/scaling.py samples it)
 
     def flush(self) -> None:
         self.client.flushall()
+
+    def left(self, queue: str) -> int:
+        """ackwise's tasks still waiting or in flight in ``queue`` (after the worker stopped)."""
+        adapter = redis_tasks.make_ackwise_app(self.url, queue).adapter()
+        adapter.open()
+        try:
+            st = adapter.stats(queue)
+        finally:
+            adapter.close()
+        return st.ready + st.delayed + st.in_flight
 
     def stop(self) -> None:
         self.client.close()
@@ -245,11 +256,7 @@ def drain(
     w = start_worker(system, config, concurrency, server.url, queue, cell, python)
     result, _ = _common.follow_drain(w, tasks, f"{system} {config} x{concurrency}")
     if system == "ackwise":
-        adapter = redis_tasks.make_ackwise_app(server.url, queue).adapter()
-        adapter.open()
-        st = adapter.stats(queue)
-        adapter.close()
-        result.left = st.ready + st.delayed + st.in_flight
+        result.left = server.left(queue)
     return result, None  # the broker's CPU is not sampled here
 
 
