@@ -20,6 +20,7 @@ pytestmark = pytest.mark.timeout(60)
 
 ADAPTERS = {
     "redis": "ackwise_redis._provision:RedisProvisioner",
+    "nats": "ackwise_nats._provision:NatsProvisioner",
     "rabbitmq": "ackwise_rabbitmq._provision:RabbitmqProvisioner",
     "sqs": "ackwise_sqs._provision:SqsProvisioner",
     "postgresql": "ackwise_postgresql._provision:PostgreSQLProvisioner",
@@ -48,7 +49,7 @@ def test_an_unknown_broker_names_the_installed_provisioners(tmp_path: Path) -> N
     reason = caught.value.reason
     assert reason.startswith("unknown broker 'kafka'")
     assert "ackwise.conformance.provisioners" in reason
-    assert "installed: postgresql, rabbitmq, redis, sqs" in reason
+    assert "installed: nats, postgresql, rabbitmq, redis, sqs" in reason
     assert "embedded: sqlite, memory" in reason
     assert "ACKWISE_TEST_KAFKA_URL" in reason
 
@@ -153,7 +154,10 @@ def test_importing_an_adapter_never_imports_the_suite() -> None:
     code = textwrap.dedent(
         """
         import importlib, pkgutil, sys
-        for package in ("ackwise_redis", "ackwise_rabbitmq", "ackwise_sqs", "ackwise_postgresql"):
+        for package in (
+            *("ackwise_redis", "ackwise_rabbitmq", "ackwise_sqs", "ackwise_postgresql"),
+            "ackwise_nats",
+        ):
             module = importlib.import_module(package)
             for info in pkgutil.iter_modules(module.__path__, package + "."):
                 if info.name.rpartition(".")[2] not in ("_provision", "_moto_server"):

@@ -1,0 +1,137 @@
+"""Settling deliveries: the local fence against stale receipts, then acks, lease extension,
+nacks and dead letters, each answered by the server before the call returns.
+
+JetStream applies an ack to whatever delivery of the message is pending, an older one's
+too, so a receipt is checked here first (:meth:`Settling._split`): stale once settled, or
+from :data:`_FENCE` seconds before its lease's deadline (the ack could arrive after it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+
+from ackwise import Delivery
+from ackwise.errors import PermanentAdapterError, StaleReceipt
+from ackwise_nats._base import H_ATTEMPT, H_ATTEMPTS, H_DEAD_AT, H_ID, H_NOT_BEFORE, H_REASON
+from ackwise_nats._client import Client
+from ackwise_nats._publish import Publishing
+from ackwise_nats._receive import NatsReceipt, Receiving, nak_delay
+
+__all__ = ["Settling"]
+
+#: Settling this close to a lease's deadline counts as stale: the ack could arrive after it.
+_FENCE = 0.2
+
+
+def _receipt(d: Delivery) -> NatsReceipt:
+    r = d.receipt
+    if not isinstance(r, NatsReceipt):
+        raise PermanentAdapterError(f"not a NATS receipt: {r!r}")
+    return r
+
+
+class Settling(Publishing, Receiving):
+    @staticmethod
+    def _split(deliveries: Iterable[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
+        """Split into (valid, stale) by what this adapter knows of each lease."""
+        now = time.time()
+        valid: list[Delivery] = []
+        stale: list[Delivery] = []
+        for d in deliveries:
+            r = _receipt(d)
+            (stale if r.settled or now + _FENCE >= r.deadline else valid).append(d)
+        return valid, stale
+
+    async def _acks(self, client: Client, deliveries: list[Delivery], payload: bytes) -> None:
+        """Send ``payload`` for each delivery; mark the answered ones settled."""
+        answers = await asyncio.gather(
+            *(client.ack_request(_receipt(d).reply, payload) for d in deliveries),
+            return_exceptions=True,
+        )
+        for d, answer in zip(deliveries, answers, strict=True):
+            if not isinstance(answer, BaseException):
+                _receipt(d).settled = True
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """``+ACK`` each, waiting for the server's answers.  Asked again after a broker error
+        (the worker does, for early acks), it acks again: the server answers for a message it
+        removed already, and the fence still vouches that the lease was ours."""
+        valid, stale = self._split(deliveries)
+        if valid:
+            self.call("ack", valid[0].queue, self._acks, valid, b"+ACK")
+        if stale:
+            raise StaleReceipt(stale, "ack")
+
+    def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
+        valid, stale = self._split(deliveries)
+        if valid:
+            self.call("extend", valid[0].queue, self._extend, valid, lease)
+        if stale:
+            raise StaleReceipt(stale, "extend")
+
+    async def _extend(self, client: Client, deliveries: list[Delivery], lease: float) -> None:
+        # +WPI restarts the AckWait; any other lease is a nak with that delay.
+        same = abs(lease - self.settings.ack_wait) <= 1e-3
+        payload = b"+WPI" if same else nak_delay(lease)
+        sent = time.time()
+        answers = await asyncio.gather(
+            *(client.ack_request(_receipt(d).reply, payload) for d in deliveries),
+            return_exceptions=True,
+        )
+        for d, answer in zip(deliveries, answers, strict=True):
+            r = _receipt(d)
+            # Unanswered, the server has the old timer or the new one: count the earlier.
+            new = sent + lease
+            r.deadline = new if not isinstance(answer, BaseException) else min(r.deadline, new)
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+
+    def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
+        self.check_delay(delay)
+        _, stale = self._split([delivery])
+        if stale:
+            raise StaleReceipt(stale, "nack")
+        self.call("nack", delivery.queue, self._nack, delivery, delay)
+
+    async def _nack(self, client: Client, d: Delivery, delay: float) -> None:
+        # A copy carrying the deliveries so far goes to the ready subject (counted ready at
+        # once: a -NAK'ed message stays ack-pending until pulled again) or, with a delay, to
+        # the delayed one; then the original goes.  A crash in between leaves both: delivered
+        # twice, never lost.  A nack asked again after a broker error copies once (dedup id).
+        names = self.names(d.queue)
+        headers = {
+            H_ID: d.message_id,
+            H_ATTEMPTS: str(d.attempt),
+            "Nats-Msg-Id": f"nack-{_receipt(d).stream_seq}-{d.attempt}",
+        }
+        subject = names.ready
+        if delay > 0:
+            headers[H_NOT_BEFORE] = f"{time.time() + delay:.6f}"
+            subject = names.delayed
+        await client.publish_all([(subject, d.body, headers)])
+        await self._acks(client, [d], b"+ACK")
+
+    def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
+        _, stale = self._split([delivery])
+        if stale:
+            raise StaleReceipt(stale, "dead_letter")
+        self.call("dead_letter", delivery.queue, self._dead_letter, delivery, reason, body)
+
+    async def _dead_letter(
+        self, client: Client, d: Delivery, reason: str, body: bytes | None
+    ) -> None:
+        headers = {
+            H_ID: d.message_id,
+            H_REASON: reason,
+            H_DEAD_AT: f"{time.time():.6f}",
+            H_ATTEMPT: str(d.attempt),
+        }
+        dead = self.names(d.queue).dead
+        await client.publish_all([(dead, d.body if body is None else body, headers)])
+        await self._acks(client, [d], b"+ACK")

@@ -1,0 +1,33 @@
+"""Fixtures of the NATS adapter's tests: one private nats-server (JetStream) per session.
+
+The server is started by the conformance suite (as ``ackwise_nats._provision`` says) on a free
+port, never the shared NATS on 4222, with its own store directory, so the restart scenario C19
+and the fault proxy of C18 can use it.  ``ACKWISE_TEST_NATS_URL`` points the tests at another
+server instead (C19 is then n/a).  Without nats-server the tests skip, or fail under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+
+
+@pytest.fixture(scope="session")
+def nats_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
+    try:
+        handle = provide("nats", tmp_dir=tmp_path_factory.mktemp("nats"), durable=True)
+    except BrokerUnavailable as exc:
+        missing_broker(exc.reason)
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture
+def nats_url(nats_broker: BrokerHandle) -> str:
+    """The private broker's URL with a stream prefix of this test's own."""
+    sep = "&" if "?" in nats_broker.url else "?"
+    return f"{nats_broker.url}{sep}prefix=t-{uuid.uuid4().hex[:12]}"
