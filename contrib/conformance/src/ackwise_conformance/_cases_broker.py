@@ -23,9 +23,12 @@ def _proxied_workers(h: Harness, fault: Callable[[Any], None]) -> None:
     from ackwise_conformance.proxy import FaultProxy
 
     if h.broker.host is None or h.broker.port is None:
-        raise NotApplicable(
-            f"broker {h.broker.name} has no network connection to cut (embedded broker)"
+        why = (
+            "its client connects to more than the URL's address"
+            if not getattr(h.broker, "proxied", True)
+            else "embedded broker"
         )
+        raise NotApplicable(f"broker {h.broker.name} has no network connection to cut ({why})")
     with FaultProxy(h.broker.host, h.broker.port).start() as proxy:
         url = h.broker.url_via("127.0.0.1", proxy.port)
         keys = numbered("m", 200)

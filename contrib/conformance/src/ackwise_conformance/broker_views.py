@@ -55,12 +55,18 @@ class SimpleBroker:
     #: Concurrent cases each get a store of their own (:class:`OwnStore`): ``None`` decides by
     #: the scheme (sqlite, memory); True for another adapter with SQLite's URL form.
     store_per_case: bool | None = None
+    #: False where the client reaches more than the URL's address (a Redis Cluster's nodes,
+    #: the master the sentinels name): a proxy in front of that one address would cut only
+    #: part of its connections, so the connection-cut scenarios are n/a.
+    proxied: bool = True
 
     def __post_init__(self) -> None:
         parsed = BrokerURL.parse(self.url)
         if not self.name:
             self.name = parsed.scheme
-        if self.host is None and parsed.scheme == "sqs":  # the address is its endpoint_url
+        if not self.proxied:
+            self.host = self.port = None
+        elif self.host is None and parsed.scheme == "sqs":  # the address is its endpoint_url
             self.host, self.port = _address_of(self.url)
         elif self.host is None and parsed.host and parsed.port:
             self.host, self.port = parsed.host, parsed.port
@@ -69,6 +75,7 @@ class SimpleBroker:
         if self.host is None or self.port is None:
             raise NotApplicable(
                 f"broker {self.name}: no network address to put a proxy in front of"
+                + ("" if self.proxied else " (its client connects to more than the URL's)")
             )
         if BrokerURL.parse(self.url).scheme == "sqs":
             return _replace_address(self.url, host, port)

@@ -31,7 +31,10 @@ __all__ = ["AFTER_CALLBACK", "PREFIX", "ackwise_register_adapters", "crashing"]
 PREFIX = "crash-after-result-"
 AFTER_CALLBACK = "crash-after-callback-"
 _KINDS = {PREFIX: "CrashAfterResult", AFTER_CALLBACK: "CrashAfterCallback"}
-_SCHEMES = ("sqlite", "memory", "redis", "rediss", "unix", "postgresql", "postgres")
+_SCHEMES = (
+    *("sqlite", "memory", "redis", "rediss", "unix", "postgresql", "postgres"),
+    *("redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"),
+)
 
 
 def crashing(url: str, *, after: str = PREFIX) -> str:
