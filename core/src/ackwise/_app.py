@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ackwise import _envelope, _tracing
 from ackwise._envelope import check_queue_name
@@ -24,6 +24,9 @@ from ackwise._task import TRANSIENT_ERRORS, RetryPolicy, Signature, Task
 from ackwise._transaction import current as current_transaction
 from ackwise._transaction import enlist
 from ackwise.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ackwise._eager import EagerMode
 
 __all__ = ["App"]
 
@@ -94,6 +97,8 @@ class App:
         self._capabilities: Capabilities | None = None
         self._declared: set[str] = set()
         self._lock = threading.Lock()
+        #: Eager mode (``ackwise.testing.eager``): sends run here instead of being published.
+        self._eager: EagerMode | None = None
 
     def __repr__(self) -> str:
         return f"<App {self.name} broker={self._broker}>"
@@ -286,18 +291,21 @@ class App:
                 self._results = None
 
     def results(self) -> ResultStore:
-        """The app's result store, opened on first use (docs/results.md).
+        """The app's result store, opened on first use (docs/results.md); in eager mode
+        (``ackwise.testing.eager``), that mode's records, in memory, instead.
 
         :raises ConfigurationError: the app has none (set ``App(result_store=URL)``).
         """
         with self._lock:
-            if self._results is None:
+            if self._results is None or self._eager is not None:
                 if self.result_store_url is None:
                     raise ConfigurationError(
                         f"app {self.name!r} has no result store: broker {self._broker.scheme}:// "
                         f"keeps none; set App(result_store=URL) (known schemes: "
                         f"{', '.join(self.plugins.adapters.result_schemes())})"
                     )
+                if self._eager is not None:  # eager mode keeps its results in memory
+                    return self._eager.results
                 self._results = open_result_store(
                     self.result_store_url, self.plugins, ttl=self.result_ttl
                 )
@@ -315,7 +323,13 @@ class App:
         messages are written as the broker's own rows; on any other broker they go to the
         ``ackwise_outbox`` table there, and ``ackwise relay`` publishes them.  The block does
         not commit: the caller's own transaction handling does.
+
+        In eager mode (``ackwise.testing.eager``) the block does not touch ``conn``: calls
+        run as they are sent, whether or not the transaction commits.
         """
+        if self._eager is not None:
+            yield
+            return
         with enlist(self, conn):
             yield
 
@@ -490,6 +504,9 @@ class App:
             return self._producer
 
     def _publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        if self._eager is not None:  # the messages as the broker would get them, run here
+            self._eager._publish(messages)
+            return
         enlisted = current_transaction(self)
         if enlisted is not None:
             enlisted.publish(queue, messages)

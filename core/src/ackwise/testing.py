@@ -13,6 +13,17 @@ Like Dramatiq's stub broker and ``join()``, but with the real worker and a real 
             report = worker.join()
         assert report.succeeded_tasks == ["shop.tasks.send_receipt"]
         assert not report.dead_lettered
+
+For unit tests of code that sends tasks, :func:`eager` runs every call at once, in the
+sending thread, with no broker and no worker (checked and encoded as a real publish; not a
+test of delivery)::
+
+    from ackwise.testing import eager
+
+    def test_checkout_sends_a_receipt():
+        with eager(app) as mode:
+            checkout(order_id=7)               # calls send_receipt.delay(7): it has run
+        assert mode.tasks_sent == ["shop.tasks.send_receipt"]
 """
 
 from __future__ import annotations
@@ -25,9 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ackwise._app import App
+from ackwise._eager import EagerFailure, EagerMode, eager
 from ackwise._worker import Worker, WorkerConfig
+from ackwise.errors import ConfigurationError
 
-__all__ = ["Event", "InProcessWorker", "Report", "run_worker"]
+__all__ = ["EagerFailure", "EagerMode", "Event", "InProcessWorker", "Report", "eager", "run_worker"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +110,11 @@ class InProcessWorker:
         prefetch: int = 0,
         unknown_task_delay: float = 0.0,
     ) -> None:
+        if app._eager is not None:
+            raise ConfigurationError(
+                f"app {app.name!r} is in eager mode: its sends run at once and never reach a "
+                "worker; run the worker outside the eager(app) block"
+            )
         self.app = app
         self.report = Report()
         self._lock = threading.Lock()
