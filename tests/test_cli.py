@@ -1,16 +1,22 @@
-"""The ackwise command line: stats, worker start-up errors."""
+"""The ackwise command line: stats (and the figures a broker cannot know), worker start-up
+errors, every option's help and default, --version, exit statuses."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ackwise import App, QueueSpec
+from ackwise._cli import build_parser
+from ackwise._cli_common import shows_default
 
 HERE = Path(__file__).parent
 
@@ -69,3 +75,87 @@ def test_cli_errors_are_clear_and_exit_2(args, fragment):
     assert out.returncode == 2
     assert fragment in out.stderr
     assert "Traceback" not in out.stderr
+
+
+# -- help: every option has help and shows its default ---------------------------------------
+
+_ENV = (
+    "ACKWISE_LOGLEVEL",
+    "ACKWISE_LOG_FORMAT",
+    "ACKWISE_TASK_LOGLEVEL",
+    "ACKWISE_DRIVER_LOGLEVEL",
+    "ACKWISE_METRICS_PORT",
+    "ACKWISE_METRICS_HOST",
+    "ACKWISE_DASHBOARD_TOKEN",
+)
+
+
+def _parsers(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ("ackwise",)
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every parser of the command line (plugins' commands included), with its command."""
+    yield " ".join(path), parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                assert helps.get(name), f"{' '.join(path)} {name}: the command has no help"
+                yield from _parsers(sub, (*path, name))
+
+
+def _squeezed(text: str) -> str:
+    return "".join(text.split())  # help is wrapped, at spaces and after hyphens
+
+
+@pytest.mark.parametrize("env", [{}, {"ACKWISE_METRICS_PORT": "9100", "ACKWISE_LOGLEVEL": "DEBUG"}])
+def test_every_option_of_every_command_has_help_and_shows_its_default(monkeypatch, env):
+    for name in _ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    parsers = dict(_parsers(build_parser()))
+    assert {"ackwise worker", "ackwise stats", "ackwise dlq purge", "ackwise conformance"} <= set(
+        parsers
+    )
+    checked = 0
+    for command, parser in parsers.items():
+        shown = _squeezed(parser.format_help())
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            what = f"{command} {'/'.join(action.option_strings) or action.metavar or action.dest}"
+            assert action.help and action.help != argparse.SUPPRESS, f"{what}: no help text"
+            text = parser._get_formatter()._expand_help(action)
+            assert _squeezed(text) in shown, f"{what}: its help is not in --help"
+            says = re.findall(r"\bdefault\b", text, re.IGNORECASE)
+            assert len(says) <= 1, f"{what}: the default is told twice: {text!r}"
+            assert "default: None" not in text, f"{what}: {text!r}"
+            if shows_default(action):
+                assert says, f"{what}: its default {action.default!r} is not shown: {text!r}"
+            checked += 1
+    assert checked > 60
+
+
+def test_worker_help_shows_the_defaults_the_issue_named():
+    out = _run("worker", "--help")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    for option, default in [
+        ("--lease SECONDS", "30.0"),
+        ("--grace SECONDS", "30.0"),
+        ("--unknown-task-delay SECONDS", "5.0"),
+        ("--unknown-task-deliveries N", "3"),
+        ("--broker-timeout SECONDS", "60.0"),
+        ("--pool {prefork,threads,solo}", "prefork"),
+    ]:
+        after = text.split(f" {option} ", 1)[1]
+        assert f"(default: {default})" in after.split(" --", 1)[0], (option, after[:200])
+    top = " ".join(_run("--help", env={"ACKWISE_LOGLEVEL": ""}).stdout.split())
+    assert "--loglevel LEVEL DEBUG, INFO, WARNING or ERROR (default: INFO;" in top
+
+
+def test_the_dashboard_token_from_the_environment_is_never_shown():
+    out = _run("dashboard", "--help", env={"ACKWISE_DASHBOARD_TOKEN": "s3cret-token"})
+    assert out.returncode == 0, out.stderr
+    assert "s3cret-token" not in out.stdout
+    assert "$ACKWISE_DASHBOARD_TOKEN" in out.stdout

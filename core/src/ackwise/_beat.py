@@ -395,7 +395,7 @@ def add_parser(sub: Any) -> None:
         "fire is claimed once in the lock store (docs/periodic.md).",
     )
     b.add_argument("app", metavar="MODULE:APP", help="import path of the App")
-    b.add_argument("--lock", help="lock store URL (default: the app's broker URL)")
+    b.add_argument("--lock", metavar="URL", help="lock store URL (default: the app's broker URL)")
     b.add_argument(
         "--list", action="store_true", help="print the schedules and their next fire times"
     )
@@ -403,19 +403,22 @@ def add_parser(sub: Any) -> None:
         "--tick",
         type=positive_float,
         default=BeatConfig.tick,
+        metavar="SECONDS",
         help="longest sleep of the loop; followers try the lock this often (< --ttl)",
     )
     b.add_argument(
         "--ttl",
         type=positive_float,
         default=BeatConfig.ttl,
+        metavar="SECONDS",
         help="seconds the lock lives without a renewal; a dead leader is replaced within ttl + tick",
     )
     b.add_argument(
         "--renew",
         type=positive_float,
         default=None,
-        help="seconds between renewals (default ttl / 3; must be < ttl / 2)",
+        metavar="SECONDS",
+        help="seconds between renewals of the lock, < ttl / 2 (default: ttl / 3)",
     )
     b.set_defaults(func=cmd_beat)
 

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ackwise._cli_common import (
+    BROKER_HELP,
+    Parser,
     positive_float,
     queue_list,
     queues_or_all,
@@ -27,90 +29,131 @@ log = logging.getLogger("ackwise")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ackwise", description="ackwise: a task queue with explicit delivery guarantees"
     )
     parser.add_argument(
         "--loglevel",
-        default=os.environ.get("ACKWISE_LOGLEVEL", "INFO"),
-        help="DEBUG, INFO (default), WARNING, ERROR ($ACKWISE_LOGLEVEL)",
+        default=os.environ.get("ACKWISE_LOGLEVEL") or "INFO",
+        metavar="LEVEL",
+        help="DEBUG, INFO, WARNING or ERROR (default: %(default)s; $ACKWISE_LOGLEVEL sets it)",
     )
     parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
-        default=os.environ.get("ACKWISE_LOG_FORMAT", "text"),
-        help="text (default) or json: one object per line ($ACKWISE_LOG_FORMAT)",
+        default=os.environ.get("ACKWISE_LOG_FORMAT") or "text",
+        help="text, or json: one object per line (default: %(default)s; $ACKWISE_LOG_FORMAT "
+        "sets it)",
     )
     parser.add_argument(
         "--task-loglevel",
-        default=os.environ.get("ACKWISE_TASK_LOGLEVEL"),
-        help="level of the worker's task log (ackwise.task: two lines a task at INFO); "
-        "default: --loglevel ($ACKWISE_TASK_LOGLEVEL)",
+        default=os.environ.get("ACKWISE_TASK_LOGLEVEL") or None,
+        metavar="LEVEL",
+        help="level of the worker's task log (ackwise.task: two lines a task at INFO) "
+        "(default: $ACKWISE_TASK_LOGLEVEL, else as --loglevel)",
     )
     parser.add_argument(
         "--driver-loglevel",
-        default=os.environ.get("ACKWISE_DRIVER_LOGLEVEL"),
-        help="level of the broker client libraries' loggers (pika, botocore, urllib3, redis); "
-        "default WARNING ($ACKWISE_DRIVER_LOGLEVEL)",
+        default=os.environ.get("ACKWISE_DRIVER_LOGLEVEL") or None,
+        metavar="LEVEL",
+        help="level of the broker client libraries' loggers (pika, botocore, urllib3, redis) "
+        "(default: $ACKWISE_DRIVER_LOGLEVEL, else WARNING)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     w = sub.add_parser("worker", help="run a worker", description="Run a worker process.")
     w.add_argument("app", metavar="MODULE:APP", help="import path of the App, e.g. proj.tasks:app")
-    w.add_argument("-Q", "--queues", type=queue_list, default=[], help="comma-separated queues")
     w.add_argument(
-        "-c", "--concurrency", type=int, default=0, help="executor slots (default: CPUs)"
+        "-Q",
+        "--queues",
+        type=queue_list,
+        default=[],
+        help="comma-separated queues to consume, round robin (default: the queues of the "
+        "app's tasks)",
     )
-    w.add_argument("--pool", choices=["prefork", "threads", "solo"], default="prefork")
+    w.add_argument(
+        "-c",
+        "--concurrency",
+        type=int,
+        default=0,
+        metavar="N",
+        help="executor slots (default: the CPU count; solo: 1)",
+    )
+    w.add_argument(
+        "--pool",
+        choices=["prefork", "threads", "solo"],
+        default="prefork",
+        help="prefork: a child process per slot; threads: threads of the worker process; "
+        "solo: one executor thread",
+    )
     w.add_argument(
         "--prefetch",
         type=int,
         default=0,
-        help="messages held at once, running included (default: 4 x -c; on RabbitMQ and SQS up "
-        "to 64 while tasks are short)",
+        metavar="N",
+        help="messages held at once, running included (default: 0, automatic: 4 x -c, and up "
+        "to 64 while tasks are short on brokers with deep_prefetch: RabbitMQ, SQS, Redis, "
+        "SQLite)",
     )
     w.add_argument(
-        "--lease", type=positive_float, default=30.0, help="lease seconds (renewed every lease/3)"
+        "--lease",
+        type=positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds a delivery is owned, renewed every lease/3",
     )
     w.add_argument(
-        "--grace", type=positive_float, default=30.0, help="seconds running tasks get on SIGTERM"
+        "--grace",
+        type=positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds running tasks get to finish after SIGTERM; then a cold stop",
     )
     w.add_argument(
         "--unknown-task-delay",
         type=positive_float,
         default=5.0,
-        help="seconds before a message of an unknown task is offered again (rolling deploys)",
+        metavar="SECONDS",
+        help="seconds before a message of a task this worker does not know is offered again, "
+        "for rolling deploys",
     )
     w.add_argument(
         "--unknown-task-deliveries",
         type=int,
         default=3,
-        help="deliveries of an unknown task's message before it is dead-lettered",
+        metavar="N",
+        help="deliveries of an unknown task's message before it is dead-lettered unknown_task",
     )
     w.add_argument(
         "--broker-timeout",
         type=positive_float,
         default=60.0,
-        help="give up when the broker stays unreachable this many seconds",
+        metavar="SECONDS",
+        help="seconds the broker may stay unreachable, at start or while running, before the "
+        "worker gives up with exit status 2",
     )
     w.add_argument(
         "--metrics-port",
         type=int,
         default=_env_int("ACKWISE_METRICS_PORT"),
-        help="serve Prometheus metrics on this port ($ACKWISE_METRICS_PORT; needs "
-        "ackwise[prometheus])",
+        metavar="PORT",
+        help="serve Prometheus metrics and /healthz on this port, 0: any free one (default: "
+        "$ACKWISE_METRICS_PORT, else none; needs ackwise[prometheus])",
     )
     w.add_argument(
         "--metrics-host",
-        default=os.environ.get("ACKWISE_METRICS_HOST", "0.0.0.0"),
-        help="address the metrics server listens on (default 0.0.0.0; $ACKWISE_METRICS_HOST)",
+        default=os.environ.get("ACKWISE_METRICS_HOST") or "0.0.0.0",
+        metavar="HOST",
+        help="address the metrics server listens on (default: %(default)s; "
+        "$ACKWISE_METRICS_HOST sets it)",
     )
     w.add_argument(
         "--metrics-stats-interval",
         type=positive_float,
         default=15.0,
-        help="read the queues' depths from the broker at most this often, in seconds "
-        "(0: no queue gauges)",
+        metavar="SECONDS",
+        help="read the queues' depths from the broker at most this often, in seconds; 0: no "
+        "queue gauges",
     )
     w.set_defaults(func=cmd_worker)
 
@@ -118,14 +161,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "app", metavar="MODULE:APP", nargs="?", help="App whose broker and queues to show"
     )
-    s.add_argument("--broker", help="broker URL (default: the app's, or $ACKWISE_BROKER_URL)")
-    s.add_argument("-Q", "--queues", type=queue_list, default=[], help="comma-separated queues")
+    s.add_argument("--broker", metavar="URL", help=BROKER_HELP)
+    s.add_argument(
+        "-Q",
+        "--queues",
+        type=queue_list,
+        default=[],
+        help="comma-separated queues (default: the app's, else every queue the broker lists)",
+    )
     s.add_argument("--json", action="store_true", help="print JSON")
     s.add_argument(
         "--watch", action="store_true", help="refresh the table until Ctrl-C, with rates"
     )
     s.add_argument(
-        "--interval", type=positive_float, default=2.0, help="seconds between refreshes (--watch)"
+        "--interval",
+        type=positive_float,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between refreshes of --watch",
     )
     s.set_defaults(func=cmd_stats)
 

@@ -1,16 +1,61 @@
 """Helpers of the command line shared by its subcommands (``worker``, ``stats``, ``beat``,
-``dlq``): argument types, the broker and queues a command names, tables."""
+``dlq``): the parser class and its help, argument types, the broker and queues a command names,
+tables."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 from typing import Any
 
 from ackwise._spi import Adapter, redact_url
 from ackwise.errors import AckwiseError, UnsupportedCapability
 
-__all__ = ["positive_float", "queue_list", "queues_or_all", "resolve_broker", "table"]
+__all__ = [
+    "BROKER_HELP",
+    "HelpFormatter",
+    "Parser",
+    "positive_float",
+    "queue_list",
+    "queues_or_all",
+    "resolve_broker",
+    "shows_default",
+    "table",
+]
+
+#: The help of ``--broker`` (``stats``, ``dlq``): what :func:`resolve_broker` falls back to.
+BROKER_HELP = "broker URL (default: the app's, else $ACKWISE_BROKER_URL, else sqlite:///ackwise.db)"
+
+_SAYS_DEFAULT = re.compile(r"\bdefault\b", re.IGNORECASE)
+
+
+def shows_default(action: argparse.Action) -> bool:
+    """Whether ``action`` has a default worth printing: a value, not a flag's off state, an
+    empty list or ``None`` (whose meaning, where it has one, the help says in words)."""
+    if action.nargs == 0:  # --flag, --help, --version
+        return False
+    return action.default not in (None, argparse.SUPPRESS, "", [])
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with ``(default: X)``, unless the help says its default itself
+    (in words: "default: the app's broker") or there is none worth printing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not shows_default(action) or _SAYS_DEFAULT.search(text):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of ``ackwise`` and of every subcommand (``add_subparsers`` makes its parsers
+    of the same class, plugins' commands included): help with :class:`HelpFormatter`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 def positive_float(text: str) -> float:

@@ -20,13 +20,16 @@ def add_parser(sub: Any) -> None:
         "and purge. Binds 127.0.0.1; any other address needs --token.",
     )
     d.add_argument("app", metavar="MODULE:APP", help="import path of the App, e.g. proj.tasks:app")
-    d.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    d.add_argument("--port", type=int, default=8088, help="port (default 8088)")
+    d.add_argument(
+        "--host", default="127.0.0.1", help="address to bind; any but loopback needs --token"
+    )
+    d.add_argument("--port", type=int, default=8088, help="port to listen on")
     d.add_argument(
         "--token",
+        # Never printed: the help says where the default comes from, not what it is.
         default=os.environ.get("ACKWISE_DASHBOARD_TOKEN"),
-        help="required of every request, as a bearer token or the basic-auth password "
-        "($ACKWISE_DASHBOARD_TOKEN); needed to bind anything but loopback",
+        help="required of every request, as a bearer token or the basic-auth password; "
+        "needed to bind anything but loopback (default: $ACKWISE_DASHBOARD_TOKEN, else none)",
     )
     d.add_argument(
         "--read-only",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackwise import _envelope
+from ackwise._cli_common import BROKER_HELP
 from ackwise._spi import Adapter, DeadLetter
 from ackwise.errors import AckwiseError, EnvelopeError
 
@@ -84,8 +85,13 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         a.add_argument(
             "app", metavar="MODULE:APP", nargs="?", help="App whose broker and queues to use"
         )
-        a.add_argument("--broker", help="broker URL (default: the app's, or $ACKWISE_BROKER_URL)")
-        a.add_argument("-Q", "--queues", default="", help="comma-separated queues")
+        a.add_argument("--broker", metavar="URL", help=BROKER_HELP)
+        a.add_argument(
+            "-Q",
+            "--queues",
+            default="",
+            help="comma-separated queues (default: the app's, else every queue the broker lists)",
+        )
         a.add_argument("--task", help="only dead letters of this task")
         a.add_argument("--reason", help="only this reason (failed, worker_lost, max_deliveries, …)")
         a.add_argument(
@@ -100,11 +106,11 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
     ls = actions.add_parser("list", help="list dead letters")
     common(ls)
-    ls.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--limit", type=int, default=50, metavar="N", help="rows to print")
+    ls.add_argument("--json", action="store_true", help="print JSON")
     show = actions.add_parser("show", help="show dead letters in full (body, history, tracebacks)")
     common(show)
-    show.add_argument("--json", action="store_true")
+    show.add_argument("--json", action="store_true", help="print JSON")
     rp = actions.add_parser("replay", help="publish dead letters to their queue again, once")
     common(rp)
     rp.add_argument("--all", action="store_true", help="replay every dead letter of the queues")

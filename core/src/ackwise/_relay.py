@@ -125,17 +125,19 @@ def add_parser(sub: Any) -> None:
     r.add_argument("app", metavar="MODULE:APP", help="import path of the App")
     r.add_argument(
         "--database",
+        metavar="URL",
         help="the outbox's PostgreSQL URL (default: $ACKWISE_OUTBOX_URL, else the app's broker "
         "when it is PostgreSQL)",
     )
     r.add_argument(
-        "--batch", type=int, default=100, help="rows published per transaction (default 100)"
+        "--batch", type=int, default=100, metavar="N", help="rows published per transaction"
     )
     r.add_argument(
         "--interval",
         type=positive_float,
         default=1.0,
-        help="longest sleep between two looks when no enqueue wakes it (default 1 s)",
+        metavar="SECONDS",
+        help="longest sleep between two looks when no enqueue wakes it",
     )
     r.set_defaults(func=cmd_relay)
 

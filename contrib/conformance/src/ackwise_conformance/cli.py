@@ -33,7 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         description="Run the conformance suite against a live broker and print the matrix.",
     )
     p.add_argument("url", metavar="URL", help="broker URL, e.g. sqlite:///tmp/c.db")
-    p.add_argument("--level", choices=["1", "2", "all"], default="all")
+    p.add_argument(
+        "--level",
+        choices=["1", "2", "all"],
+        default="all",
+        help="1: the SPI checks; 2: the crash scenarios with real workers; all: both",
+    )
     p.add_argument(
         "--mode",
         action="append",
@@ -52,6 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--time-scale",
         type=float,
         default=None,
+        metavar="FACTOR",
         help="multiply leases and timeouts (default: 1, or what the broker's timer "
         "resolution needs, e.g. 2 on SQS)",
     )
