@@ -6,15 +6,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-from ackwise import App, QueueSpec
+from ackwise import App, QueueSpec, get_plugins
 from ackwise._cli import build_parser
 from ackwise._cli_common import shows_default
 
@@ -159,3 +161,50 @@ def test_the_dashboard_token_from_the_environment_is_never_shown():
     assert out.returncode == 0, out.stderr
     assert "s3cret-token" not in out.stdout
     assert "$ACKWISE_DASHBOARD_TOKEN" in out.stdout
+
+
+# -- --version --------------------------------------------------------------------------------
+
+
+def test_version_names_ackwise_and_each_installed_plugin_distribution():
+    out = _run("--version")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"ackwise {metadata.version('ackwise')} (memory://, sqlite://)"
+    assert lines[-1].startswith(f"Python {platform.python_version()}")
+    by_dist = {line.split()[0]: line for line in lines[1:-1]}
+    schemes: dict[str, list[str]] = {}
+    for entry in get_plugins().adapters.entries():
+        schemes.setdefault(entry.plugin, []).append(entry.scheme)
+    for ep in metadata.entry_points(group="ackwise"):
+        if ep.dist is None or ep.dist.name == "ackwise":
+            continue
+        line = by_dist[ep.dist.name]
+        assert line.startswith(f"{ep.dist.name} {ep.dist.version} ("), line
+        for scheme in schemes.get(ep.name, []):
+            assert f"{scheme}://" in line, (scheme, line)
+        if ep.name not in schemes:
+            assert f"plugin {ep.name}, no broker scheme" in line
+    assert "ackwise-conformance" in by_dist  # installed in the test environment
+
+
+def test_version_says_which_plugins_are_blocked_or_named_in_the_environment(tmp_path):
+    (tmp_path / "extra_cli_plugin_xyz.py").write_text(
+        "from ackwise import hookimpl\n"
+        "@hookimpl\n"
+        "def ackwise_register_adapters(registry):\n"
+        "    registry.add('extra', 'ackwise._memory:MemoryAdapter', distribution='extra')\n"
+    )
+    out = _run(
+        "--version",
+        env={
+            "ACKWISE_PLUGINS_BLOCK": "sqs",
+            "ACKWISE_PLUGINS": "extra_cli_plugin_xyz",
+            "PYTHONPATH": str(tmp_path),
+        },
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    [sqs] = [line for line in lines if line.startswith("ackwise-sqs ")]
+    assert sqs.endswith("(plugin sqs blocked by $ACKWISE_PLUGINS_BLOCK)")
+    assert "extra_cli_plugin_xyz (from $ACKWISE_PLUGINS) (extra://)" in lines

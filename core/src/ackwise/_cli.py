@@ -21,7 +21,7 @@ from ackwise._cli_common import (
 )
 from ackwise._logconfig import LOG_FORMATS, parse_level
 from ackwise._logconfig import configure as configure_logging
-from ackwise._plugins import get_plugins
+from ackwise._plugins import ENTRY_POINT_GROUP, get_plugins
 from ackwise._spi import QueueStats, redact_url
 from ackwise.errors import AckwiseError
 
@@ -31,6 +31,11 @@ log = logging.getLogger("ackwise")
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="ackwise", description="ackwise: a task queue with explicit delivery guarantees"
+    )
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        help="print the versions of ackwise, of each installed adapter and plugin, and of Python",
     )
     parser.add_argument(
         "--loglevel",
@@ -330,6 +335,86 @@ def _env_int(name: str) -> int | None:
         return int(text)
     except ValueError:
         raise SystemExit(f"ackwise: error: ${name} must be a port number, got {text!r}") from None
+
+
+class _Version(argparse.Action):
+    """``--version``: print :func:`version_lines` and exit 0 (the plugins load only then)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.update(nargs=0, default=argparse.SUPPRESS)
+        super().__init__(option_strings, argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print("\n".join(version_lines()))
+        parser.exit()
+
+
+def version_lines() -> list[str]:
+    """``ackwise VERSION (schemes)``, then one line per other distribution that installs an
+    ``ackwise`` plugin (entry point group ``ackwise``) with the broker schemes it adds, one per
+    plugin that ``$ACKWISE_PLUGINS`` names, and the Python version."""
+    import platform
+    from importlib import metadata
+
+    plugins: Any = None
+    schemes: dict[str, list[str]] = {}
+    trouble = ""
+    try:
+        plugins = get_plugins()
+        for entry in plugins.adapters.entries():
+            schemes.setdefault(entry.plugin, []).append(f"{entry.scheme}://")
+    except AckwiseError as exc:
+        trouble = f"plugins could not be loaded: {exc}"
+
+    def describe(names: list[str]) -> str:
+        parts: list[str] = []
+        for name in names:
+            if plugins is not None and plugins.pm.is_blocked(name):
+                parts.append(f"plugin {name} blocked by $ACKWISE_PLUGINS_BLOCK")
+            elif name in schemes:
+                parts.extend(schemes[name])
+            elif plugins is not None and plugins.pm.get_plugin(name) is None:
+                parts.append(f"plugin {name} not loaded")
+            else:
+                parts.append(f"plugin {name}, no broker scheme")
+        return f" ({', '.join(parts)})" if parts else ""
+
+    dists: dict[str, tuple[str, list[str]]] = {}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist
+        name, version = (dist.name, dist.version) if dist is not None else ("?", "?")
+        dists.setdefault(name, (version, []))[1].append(ep.name)
+    core_version, core_plugins = dists.pop("ackwise", (_core_version(), ["ackwise"]))
+    lines = [f"ackwise {core_version}{describe(core_plugins)}"]
+    for name in sorted(dists):
+        version, names = dists[name]
+        lines.append(f"{name} {version}{describe(sorted(names))}")
+    if plugins is not None:
+        known = {n for _, names in dists.values() for n in names} | set(core_plugins)
+        for name, _ in sorted(plugins.pm.list_name_plugin()):
+            if name not in known:
+                lines.append(f"{name} (from $ACKWISE_PLUGINS){describe([name])}")
+    if trouble:
+        lines.append(trouble)
+    lines.append(f"Python {platform.python_version()} ({platform.python_implementation()})")
+    return lines
+
+
+def _core_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("ackwise")
+    except metadata.PackageNotFoundError:  # run from a source tree
+        from ackwise import __version__
+
+        return __version__
 
 
 if __name__ == "__main__":  # pragma: no cover
