@@ -7,16 +7,19 @@ import argparse
 import json
 import os
 import platform
+import pty
 import re
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-from ackwise import App, QueueSpec, get_plugins
+from ackwise import App, Outgoing, QueueSpec, get_plugins
 from ackwise._cli import build_parser
 from ackwise._cli_common import shows_default
 
@@ -208,3 +211,73 @@ def test_version_says_which_plugins_are_blocked_or_named_in_the_environment(tmp_
     [sqs] = [line for line in lines if line.startswith("ackwise-sqs ")]
     assert sqs.endswith("(plugin sqs blocked by $ACKWISE_PLUGINS_BLOCK)")
     assert "extra_cli_plugin_xyz (from $ACKWISE_PLUGINS) (extra://)" in lines
+
+
+# -- exit status (docs/configuration.md#exit-status) -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "fragment"),
+    [
+        ([], {}, "the following arguments are required: COMMAND"),
+        (["worker", "x:app", "--lease", "-1"], {}, "expected seconds >= 0"),
+        (["stats", "--no-such-option"], {}, "unrecognized arguments"),
+        (["worker", "x:app"], {"ACKWISE_METRICS_PORT": "abc"}, "must be a port number"),
+        (["conformance", "memory://x", "--jobs", "0"], {}, "--jobs 0: expected 1 or more"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(args, env, fragment):
+    out = _run(*args, env=env)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert fragment in out.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in out.stderr
+
+
+def test_a_declined_purge_exits_1(tmp_path):
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    adapter = App("p", broker=url).adapter()
+    adapter.open()
+    adapter.declare(QueueSpec("default"))
+    adapter.publish_dead("default", [Outgoing("m1", b"{}")], reason="failed")
+    adapter.close()
+    main_fd, tty_fd = pty.openpty()  # the prompt wants a terminal
+    try:
+        os.write(main_fd, b"n\n")
+        out = subprocess.run(
+            [sys.executable, "-m", "ackwise", "dlq", "purge", "--broker", url, "--all"],
+            stdin=tty_fd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(main_fd)
+        os.close(tty_fd)
+    assert out.returncode == 1, out.stderr
+    assert "nothing deleted" in out.stdout
+
+
+def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
+    marker = tmp_path / "importing"
+    (tmp_path / "slow_app_xyz.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ackwise", "workers", "slow_app_xyz:app"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip() == "ackwise: interrupted"

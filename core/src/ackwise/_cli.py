@@ -223,6 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AckwiseError as exc:
         print(f"ackwise: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C where the command does not handle it: no traceback
+        print("ackwise: interrupted", file=sys.stderr)
+        return 130
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -334,7 +337,8 @@ def _env_int(name: str) -> int | None:
     try:
         return int(text)
     except ValueError:
-        raise SystemExit(f"ackwise: error: ${name} must be a port number, got {text!r}") from None
+        print(f"ackwise: error: ${name} must be a port number, got {text!r}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 class _Version(argparse.Action):

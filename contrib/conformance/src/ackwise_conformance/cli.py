@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ackwise import Ack, redact_url
 from ackwise.errors import AdapterError, ConfigurationError
@@ -95,11 +95,9 @@ def run(args: argparse.Namespace) -> int:
         args.prefix = f"conformance-{uuid.uuid4().hex[:6]}-"
     stopped_by = _interrupt_on_sigterm()
     if args.jobs is not None and args.jobs < 1:
-        raise SystemExit(f"ackwise conformance: --jobs {args.jobs}: expected 1 or more")
+        _refuse(f"ackwise conformance: --jobs {args.jobs}: expected 1 or more")
     if args.case_timeout is not None and not args.case_timeout > 0:
-        raise SystemExit(
-            f"ackwise conformance: --case-timeout {args.case_timeout:g}: expected seconds > 0"
-        )
+        _refuse(f"ackwise conformance: --case-timeout {args.case_timeout:g}: expected seconds > 0")
     args.time_scale = _time_scale(args.url, args.time_scale)
     _check_opens(args.url)
     out: dict[str, Any] = {
@@ -144,6 +142,13 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _refuse(message: str) -> NoReturn:
+    """A usage error: ``message`` on one line of standard error, exit status 2 (1 is a failed
+    check)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _check_opens(url: str) -> None:
     """Open the broker once, so that a wrong URL is one line, not a failure of every test."""
     from ackwise import open_adapter
@@ -171,11 +176,11 @@ def _time_scale(url: str, asked: float | None) -> float:
     from ackwise_conformance.harness import LEASE
 
     if asked is not None and not asked > 0:
-        raise SystemExit(f"ackwise conformance: --time-scale {asked:g}: expected a number > 0")
+        _refuse(f"ackwise conformance: --time-scale {asked:g}: expected a number > 0")
     try:
         adapter = get_plugins().adapters.get(BrokerURL.parse(url).scheme).load()
     except ConfigurationError as exc:
-        raise SystemExit(f"ackwise conformance: {exc}") from None
+        _refuse(f"ackwise conformance: {exc}")
     resolution = float(adapter.capabilities.time_resolution)
     needed = max(1.0, 2 * resolution / LEASE)
     if asked is None:
@@ -187,12 +192,12 @@ def _time_scale(url: str, asked: float | None) -> float:
             )
         return needed
     if asked < 1.0:
-        raise SystemExit(
+        _refuse(
             f"ackwise conformance: --time-scale {asked:g}: expected 1 or more (the scenarios' "
             "timings are the shortest they can be at 1; a scale only lengthens them)"
         )
     if asked < needed:
-        raise SystemExit(
+        _refuse(
             f"ackwise conformance: --time-scale {asked:g} is too short for {adapter.name}: its "
             f"timers count {resolution:g}s steps, so leases must be {2 * resolution:g}s or "
             f"more; use --time-scale {needed:g} or more"
@@ -317,14 +322,14 @@ def _level2(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     scenario_ids = [s.strip().upper() for arg in args.scenario for s in arg.split(",") if s.strip()]
     unknown = [s for s in scenario_ids if s not in SCENARIOS]
     if unknown:
-        raise SystemExit(
+        _refuse(
             f"ackwise conformance: unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}"
         )
     modes = [MODES[m] for m in args.mode] or None
     try:
         url, added = lease_url(args.url, LEASE * args.time_scale)
     except ConfigurationError as exc:
-        raise SystemExit(f"ackwise conformance: {exc}") from None
+        _refuse(f"ackwise conformance: {exc}")
     broker = SimpleBroker(url)
     selected = cases(scenario_ids or None, modes)
     print(
