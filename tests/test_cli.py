@@ -13,15 +13,19 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-from ackwise import App, Outgoing, QueueSpec, get_plugins
+from ackwise import App, Outgoing, QueueSpec, QueueStats, get_plugins
 from ackwise._cli import build_parser
 from ackwise._cli_common import shows_default
+from ackwise._watch import render
+from ackwise.cli import main as cli_main
+from ackwise_conformance.brokers import BrokerUnavailable, missing_broker, provide
 
 HERE = Path(__file__).parent
 
@@ -281,3 +285,131 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
         proc.kill()
     assert proc.returncode == 130, err
     assert err.strip() == "ackwise: interrupted"
+
+
+# -- stats: figures the broker cannot know ----------------------------------------------------
+
+_BLIND = '''
+import dataclasses
+from ackwise import hookimpl
+from ackwise._sqlite import SQLiteAdapter
+
+
+class BlindSQLite(SQLiteAdapter):
+    """SQLite, declaring what RabbitMQ without its management API declares: no oldest age,
+    and an in-flight count of its own connection's deliveries only."""
+
+    capabilities = dataclasses.replace(
+        SQLiteAdapter.capabilities, oldest_age=False, global_in_flight=False
+    )
+
+
+@hookimpl
+def ackwise_register_adapters(registry):
+    registry.add("blindsqlite", "blind_adapter_xyz:BlindSQLite", distribution="tests")
+'''
+
+
+def _fill(url: str) -> None:
+    """default: 2 ready, 1 delayed, 1 in flight (leased for a minute), 1 dead."""
+    app = App("s", broker=url)
+
+    @app.task(name="t")
+    def t() -> None:
+        pass
+
+    for _ in range(4):
+        t.delay()
+    t.apply_async(countdown=600)
+    adapter = app.adapter()
+    adapter.open()
+    first, second = adapter.receive("default", max_messages=2, wait=0, lease=60)
+    adapter.dead_letter(first, reason="failed")
+    del second  # held: in flight until its lease ends
+
+
+def test_stats_prints_every_figure_on_brokers_that_know_them(tmp_path):
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    _fill(url)
+    out = _run("stats", "--broker", url, "-Q", "default", "--json")
+    assert out.returncode == 0, out.stderr
+    [row] = json.loads(out.stdout)["queues"]
+    assert (row["ready"], row["delayed"], row["in_flight"], row["dead"]) == (2, 1, 1, 1)
+    assert isinstance(row["oldest_age"], float) and row["oldest_age"] >= 0.0
+    table = _run("stats", "--broker", url, "-Q", "default").stdout
+    assert "n/a" not in table
+
+
+def test_stats_on_the_memory_broker_in_process(capsys):
+    url = f"memory://{uuid.uuid4().hex}"
+    _fill(url)
+    assert cli_main(["stats", "--broker", url, "-Q", "default", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)["queues"]
+    assert (row["ready"], row["delayed"], row["in_flight"], row["dead"]) == (2, 1, 1, 1)
+    assert row["oldest_age"] is not None
+
+
+def test_stats_says_n_a_for_what_the_adapter_declares_it_cannot_know(tmp_path):
+    (tmp_path / "blind_adapter_xyz.py").write_text(_BLIND)
+    _fill(f"sqlite:///{tmp_path / 'b.db'}")
+    url = f"blindsqlite:///{tmp_path / 'b.db'}"
+    env = {"ACKWISE_PLUGINS": "blind_adapter_xyz", "PYTHONPATH": str(tmp_path)}
+    out = _run("stats", "--broker", url, "-Q", "default", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    [row] = json.loads(out.stdout)["queues"]
+    assert row == {
+        "queue": "default",
+        "ready": 2,
+        "delayed": 1,
+        "in_flight": None,
+        "dead": 1,
+        "oldest_age": None,
+    }
+    table = _run("stats", "--broker", url, "-Q", "default", env=env).stdout.splitlines()
+    assert table[1].split() == [
+        "queue",
+        "ready",
+        "delayed",
+        "in",
+        "flight",
+        "dead",
+        "oldest",
+        "age",
+    ]
+    assert table[3].split() == ["default", "2", "1", "n/a", "1", "n/a"]
+
+
+def test_stats_watch_says_n_a_for_unknown_figures():
+    before = {"q": QueueStats("q", 100, 0, 0, 1, 3.0)}
+    row = QueueStats("q", 80, 0, 0, 3, 0.0)
+    text = render("sqs://", [row], before, 2.0, frozenset({"oldest_age", "in_flight"}))
+    assert text.splitlines()[3].split() == ["q", "80", "-10.0", "0", "n/a", "3", "+1.0", "n/a"]
+
+
+@pytest.fixture
+def sqs_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        if name not in os.environ:
+            monkeypatch.setenv(name, value)
+    try:
+        handle = provide("sqs", tmp_dir=tmp_path / "sqs")
+    except BrokerUnavailable as exc:
+        missing_broker(exc.reason)
+    sep = "&" if "?" in handle.url else "?"
+    yield f"{handle.url}{sep}prefix=t{uuid.uuid4().hex[:10]}-"
+    handle.stop()
+
+
+def test_stats_on_sqs_says_n_a_for_the_oldest_age(sqs_url):
+    _fill(sqs_url)
+    out = _run("stats", "--broker", sqs_url, "-Q", "default", "--json")
+    assert out.returncode == 0, out.stderr
+    [row] = json.loads(out.stdout)["queues"]
+    assert row["oldest_age"] is None  # SQS has it only in CloudWatch
+    assert (row["ready"], row["delayed"], row["in_flight"], row["dead"]) == (2, 1, 1, 1)
+    table = _run("stats", "--broker", sqs_url, "-Q", "default").stdout.splitlines()
+    assert table[3].split() == ["default", "2", "1", "1", "1", "n/a"]

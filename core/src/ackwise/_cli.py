@@ -13,11 +13,14 @@ from typing import Any
 from ackwise._cli_common import (
     BROKER_HELP,
     Parser,
+    figure,
     positive_float,
     queue_list,
     queues_or_all,
     resolve_broker,
+    stats_dict,
     table,
+    unknown_figures,
 )
 from ackwise._logconfig import LOG_FORMATS, parse_level
 from ackwise._logconfig import configure as configure_logging
@@ -174,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="comma-separated queues (default: the app's, else every queue the broker lists)",
     )
-    s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument("--json", action="store_true", help="print JSON (null: the broker cannot tell)")
     s.add_argument(
         "--watch", action="store_true", help="refresh the table until Ctrl-C, with rates"
     )
@@ -260,15 +263,28 @@ def cmd_worker(args: argparse.Namespace) -> int:
             metrics.close()
 
 
-def _stats_rows(broker: str, queues: list[str]) -> list[QueueStats]:
+def _stats_rows(broker: str, queues: list[str]) -> tuple[list[QueueStats], frozenset[str]]:
+    """Each queue's stats, and the figures this broker cannot know (from the capabilities of
+    the opened adapter: a URL may change them, e.g. RabbitMQ's management API)."""
     from ackwise._plugins import open_adapter
 
     adapter = open_adapter(broker)
     adapter.open()
     try:
-        return [adapter.stats(q) for q in queues_or_all(adapter, broker, queues)]
+        rows = [adapter.stats(q) for q in queues_or_all(adapter, broker, queues)]
+        return rows, unknown_figures(adapter.capabilities)
     finally:
         adapter.close()
+
+
+#: The columns of ``ackwise stats``: header, field.
+STATS_COLUMNS = [
+    ("ready", "ready"),
+    ("delayed", "delayed"),
+    ("in flight", "in_flight"),
+    ("dead", "dead"),
+    ("oldest age", "oldest_age"),
+]
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -277,22 +293,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
         from ackwise._watch import watch
 
         return watch(broker, queues, args.interval)
-    rows = _stats_rows(broker, queues)
+    rows, unknown = _stats_rows(broker, queues)
     if args.json:
         print(
             json.dumps(
-                {"broker": redact_url(broker), "queues": [r.as_dict() for r in rows]}, indent=2
+                {"broker": redact_url(broker), "queues": [stats_dict(r, unknown) for r in rows]},
+                indent=2,
             )
         )
         return 0
     print(f"broker: {redact_url(broker)}")
     print(
         table(
-            ["queue", "ready", "delayed", "in flight", "dead", "oldest age"],
-            [
-                [r.queue, r.ready, r.delayed, r.in_flight, r.dead, f"{r.oldest_age:.1f}s"]
-                for r in rows
-            ],
+            ["queue", *(h for h, _ in STATS_COLUMNS)],
+            [[r.queue, *(figure(r, f, unknown) for _, f in STATS_COLUMNS)] for r in rows],
         )
     )
     return 0

@@ -1,6 +1,6 @@
 """Helpers of the command line shared by its subcommands (``worker``, ``stats``, ``beat``,
 ``dlq``): the parser class and its help, argument types, the broker and queues a command names,
-tables."""
+the figures of ``stats`` a broker cannot know, tables."""
 
 from __future__ import annotations
 
@@ -9,23 +9,30 @@ import os
 import re
 from typing import Any
 
-from ackwise._spi import Adapter, redact_url
+from ackwise._spi import Adapter, Capabilities, QueueStats, redact_url
 from ackwise.errors import AckwiseError, UnsupportedCapability
 
 __all__ = [
     "BROKER_HELP",
+    "NA",
     "HelpFormatter",
     "Parser",
+    "figure",
     "positive_float",
     "queue_list",
     "queues_or_all",
     "resolve_broker",
     "shows_default",
+    "stats_dict",
     "table",
+    "unknown_figures",
 ]
 
 #: The help of ``--broker`` (``stats``, ``dlq``): what :func:`resolve_broker` falls back to.
 BROKER_HELP = "broker URL (default: the app's, else $ACKWISE_BROKER_URL, else sqlite:///ackwise.db)"
+
+#: What a table prints for a figure the broker cannot know (JSON: ``null``).
+NA = "n/a"
 
 _SAYS_DEFAULT = re.compile(r"\bdefault\b", re.IGNORECASE)
 
@@ -96,6 +103,35 @@ def resolve_broker(args: argparse.Namespace) -> tuple[str, list[str]]:
         queues = queues or app.queues()
     broker = broker or os.environ.get("ACKWISE_BROKER_URL") or "sqlite:///ackwise.db"
     return broker, list(queues)
+
+
+def unknown_figures(capabilities: Capabilities) -> frozenset[str]:
+    """The figures of :class:`QueueStats` (by field name) that a broker with ``capabilities``
+    cannot know, so ``stats`` prints ``n/a`` (JSON ``null``) for them instead of its 0:
+
+    - ``oldest_age`` where ``oldest_age=False`` (SQS has it only in CloudWatch; RabbitMQ);
+    - ``in_flight`` where ``global_in_flight=False``: the broker counts only this connection's
+      deliveries, and a command's connection holds none (RabbitMQ without its management API).
+    """
+    unknown = set()
+    if not capabilities.oldest_age:
+        unknown.add("oldest_age")
+    if not capabilities.global_in_flight:
+        unknown.add("in_flight")
+    return frozenset(unknown)
+
+
+def stats_dict(row: QueueStats, unknown: frozenset[str]) -> dict[str, Any]:
+    """``row`` as ``stats --json`` prints it: ``None`` for the figures in ``unknown``."""
+    return {k: None if k in unknown else v for k, v in row.as_dict().items()}
+
+
+def figure(row: QueueStats, field: str, unknown: frozenset[str]) -> str:
+    """One figure of ``row`` as a table cell: ``n/a`` when unknown, ages in seconds."""
+    if field in unknown:
+        return NA
+    value = getattr(row, field)
+    return f"{value:.1f}s" if field == "oldest_age" else str(value)
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from ackwise._cli_common import queues_or_all, table
+from ackwise._cli_common import figure, queues_or_all, table, unknown_figures
 from ackwise._plugins import open_adapter
 from ackwise._spi import Adapter, QueueStats, redact_url
 from ackwise.errors import AckwiseError
@@ -22,9 +22,11 @@ def render(
     rows: Sequence[QueueStats],
     previous: dict[str, QueueStats],
     elapsed: float,
+    unknown: frozenset[str] = frozenset(),
 ) -> str:
     """The table of ``rows``; ``/s`` columns are the change per second since ``previous``
-    (taken ``elapsed`` seconds earlier): a growing backlog shows a positive ``ready/s``."""
+    (taken ``elapsed`` seconds earlier): a growing backlog shows a positive ``ready/s``.
+    The figures in ``unknown`` (the broker cannot tell them) show ``n/a``."""
 
     def rate(row: QueueStats, field: str) -> str:
         before = previous.get(row.queue)
@@ -40,10 +42,10 @@ def render(
                 r.ready,
                 rate(r, "ready"),
                 r.delayed,
-                r.in_flight,
+                figure(r, "in_flight", unknown),
                 r.dead,
                 rate(r, "dead"),
-                f"{r.oldest_age:.1f}s",
+                figure(r, "oldest_age", unknown),
             ]
             for r in rows
         ],
@@ -74,6 +76,7 @@ def watch(
     done = 0
     try:
         names = queues_or_all(adapter, broker, queues)
+        unknown = unknown_figures(adapter.capabilities)
         broken = False
         while rounds is None or done < rounds:
             try:
@@ -83,7 +86,7 @@ def watch(
                     broken = False
                 now = time.monotonic()
                 rows = [adapter.stats(q) for q in names]
-                text = render(broker, rows, previous, now - taken if previous else 0.0)
+                text = render(broker, rows, previous, now - taken if previous else 0.0, unknown)
                 previous, taken = {r.queue: r for r in rows}, now
             except AckwiseError as exc:
                 text = f"broker: {redact_url(broker)}: stats failed: {exc} (retrying)"
