@@ -21,18 +21,27 @@ and what it pushes next waits for room.  At a graceful stop,
 :meth:`RabbitMQAdapter.stop_receiving` cancels the consumers and rejects what the inbox holds
 back to the queue at once.  A worker reading several queues has its windows per queue.
 
-**Topology** of a queue ``q`` (``p`` is the URL's ``prefix``, default ``ackwise``)::
+**Topology** of a queue ``q`` (``p`` is the URL's ``prefix``, default ``ackwise``).
+``declare`` makes the first two; the rest, the delay tiers, are declared when a delay first
+needs them (tiers 0 to the one it enters, bottom up; once per process)::
 
     q                     the queue: durable, quorum (classic with ?queue_type=classic);
-                          x-dead-letter-exchange p.q.dlx; x-delivery-limit = max_deliveries;
-                          x-dead-letter-strategy at-least-once (quorum)
-    p.q.dlx  → p.q.dead   dead letters: a fanout exchange and a durable classic queue
-                          (quorum with ?aux_queue_type=quorum; x-delivery-limit 1,000,000)
+                          dead-lettering through the default exchange to p.q.dead;
+                          x-delivery-limit = max_deliveries; x-dead-letter-strategy
+                          at-least-once (quorum)
+    p.q.dead              dead letters: a durable classic queue (quorum with
+                          ?aux_queue_type=quorum; x-delivery-limit 1,000,000)
     p.q.deliver → q       a fanout exchange: the last hop of a delay
     p.q.delay.k → p.q.wait.k   delay tier k (0 ≤ k < 32): a topic exchange and a durable
                           classic queue (quorum with ?aux_queue_type=quorum: dead-lettered
                           at least once) whose messages live 2**k ms, then are dead-lettered
                           to tier k-1's exchange (tier 0: to p.q.deliver)
+
+A queue declared by an earlier ackwise dead-letters through a fanout exchange ``p.q.dlx``
+(bound to ``p.q.dead``), which is kept.  The adapter remembers which tiers it declared; a
+publish into a tier deleted since (``delete_queue`` elsewhere) is refused by RabbitMQ, never
+dropped (a closed channel, a returned message): the tiers are declared again and what was not
+stored is sent again (:mod:`ackwise_rabbitmq._publish`).
 
 **Delays** are binary: a delay of ``d`` ms is published with the routing key of its 32 bits
 (``"b31.b30.….b0"``) to the exchange of its highest set bit; exchange ``k`` routes a message
@@ -59,7 +68,7 @@ is handed over as a corrupt delivery (:attr:`~ackwise.Delivery.corrupt`), under 
 derived from its body where it has none.
 
 **Stats**: ``ready``, ``delayed`` and ``dead`` are exact (``queue.declare`` passive on the
-queue, its wait queues and its dead-letter queue).  ``in_flight`` is exact only with the
+queue, its wait queues that exist and its dead-letter queue).  ``in_flight`` is exact only with the
 management API (``?management=http://host:15672``), and then lags by the broker's
 ``collect_statistics_interval``; without it, it counts this adapter's own unsettled
 deliveries.  ``oldest_age`` likewise needs the management API (0.0 without).

@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+import pika.exceptions as px
 from pika.adapters.blocking_connection import BlockingChannel
 
 from ackwise import DeadLetter, QueueStats
@@ -35,9 +36,14 @@ class _Browsing(_Consuming):
         ready = self._exists(queue)
         if ready is None:
             raise QueueNotFound(f"{self.settings.where}: queue {queue!r} does not exist")
+        # The delay tiers that exist are 0 to some k (declared from the bottom up when a delay
+        # first needs them, :meth:`_declare_tiers`): count up to the first one missing.
         delayed = 0
         for k in range(DELAY_TIERS):
-            delayed += self._exists(self._aux(queue, f"wait.{k}")) or 0
+            waiting = self._exists(self._aux(queue, f"wait.{k}"))
+            if waiting is None:
+                break
+            delayed += waiting
         dead = self._exists(self._aux(queue, "dead")) or 0
         return ready, delayed, dead
 
@@ -170,13 +176,23 @@ class _Browsing(_Consuming):
         return self._call(run, timeout=300.0)
 
     def purge(self, queue: str) -> int:
+        """Empty the queue and its delay tiers (those that exist; they stay declared: a
+        publisher elsewhere may count on them)."""
         self._check_name(queue)
 
         def run() -> int:
-            ch = self._admin()
-            total = int(ch.queue_purge(queue).method.message_count)
+            total = int(self._admin().queue_purge(queue).method.message_count)
             for k in range(DELAY_TIERS):
-                total += int(ch.queue_purge(self._aux(queue, f"wait.{k}")).method.message_count)
+                total += self._purge_if_exists(self._aux(queue, f"wait.{k}"))
             return total
 
         return self._call(run)
+
+    def _purge_if_exists(self, name: str) -> int:
+        """Purge queue ``name``: how many messages it held, 0 if it does not exist."""
+        try:
+            return int(self._admin().queue_purge(name).method.message_count)
+        except px.ChannelClosedByBroker as exc:
+            if exc.reply_code != 404:
+                raise
+            return 0

@@ -32,7 +32,8 @@ from ackwise_rabbitmq._messages import (
     _message_id,
     _priority,
 )
-from ackwise_rabbitmq._publish import _Publishing
+from ackwise_rabbitmq._publish import _delay_ms, _Publishing
+from ackwise_rabbitmq._topology import _tier
 
 # The adapter's one logger, named as before it was split into modules.
 log = logging.getLogger("ackwise_rabbitmq._adapter")
@@ -471,16 +472,23 @@ class _Consuming(_Publishing):
             Outgoing(delivery.message_id, delivery.body, delay, delivery.receipt.priority),
             {H_DELIVERIES: delivery.attempt},
         )
-        self._republish_then_ack(delivery, item, "nack")
+        top = _tier(_delay_ms(delay)) if delay > 0 else -1
+        self._republish_then_ack(delivery, item, "nack", top)
 
     def _republish_then_ack(
-        self, delivery: Delivery, item: tuple[str, str, bytes, Any], operation: str
+        self,
+        delivery: Delivery,
+        item: tuple[str, str, bytes, Any],
+        operation: str,
+        top: int = -1,
     ) -> None:
+        """Publish ``item`` (confirmed; into the delay tiers up to ``top``, declared first
+        unless this adapter did), then ack the delivery."""
         tag = delivery.receipt.tag
 
         def run() -> None:
             self._check_live()
-            self._publish_now([item])
+            self._publish_tiered(delivery.queue, [item], top, io_thread=True)
             assert self._consume_ch is not None
             self._consume_ch.basic_ack(tag)
 

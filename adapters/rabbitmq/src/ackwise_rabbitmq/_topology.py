@@ -1,7 +1,9 @@
 """The queues and exchanges behind an ackwise queue on RabbitMQ: their names and declaration,
 and the delay tiers' routing keys.
 
-See the adapter's overview (:mod:`ackwise_rabbitmq._adapter`): **Topology**, **Delays**.
+``declare`` makes two objects: the queue and its dead-letter queue.  The delay tiers are
+declared when a delay first needs them (:meth:`_Topology._declare_tiers`).  See the adapter's
+overview (:mod:`ackwise_rabbitmq._adapter`): **Topology**, **Delays**.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from typing import Any
 import pika.exceptions as px
 
 from ackwise import MAX_PRIORITY, BrokerURL, QueueSpec
-from ackwise.errors import PermanentAdapterError
+from ackwise.errors import PermanentAdapterError, QueueNotFound
 from ackwise_rabbitmq._io import _IOThread
 
 #: Delay tiers: tier k holds a message 2**k milliseconds.
 DELAY_TIERS = 32
-MAX_DELAY_MS = 2**DELAY_TIERS - 1
+MAX_DELAY_MS: int = 2**DELAY_TIERS - 1
 #: ``x-delivery-limit`` of a quorum dead-letter queue (see :meth:`_Topology._declare`).
 DEAD_DELIVERY_LIMIT = 1_000_000
 
@@ -25,12 +27,24 @@ def _bits(delay_ms: int) -> str:
     return ".".join("1" if delay_ms >> k & 1 else "0" for k in range(DELAY_TIERS - 1, -1, -1))
 
 
+def _tier(delay_ms: int) -> int:
+    """The tier a delay of ``delay_ms`` (> 0) enters: that of its highest set bit."""
+    return delay_ms.bit_length() - 1
+
+
 class _Topology(_IOThread):
     """Names (``p.q.kind``), declaration and existence of a queue and its auxiliaries."""
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
         self._declared: set[str] = set()
+        #: The highest delay tier of a queue this adapter declared (tiers 0 to it, all of
+        #: them, bottom up: see :meth:`_declare_tiers`).  The objects are durable, so it holds
+        #: across reconnects; a tier deleted since (``delete_queue`` in another process) is
+        #: found by the publish that needs it, which declares the tiers again and sends what
+        #: RabbitMQ did not store (:class:`~ackwise_rabbitmq._publish._NotStored`).
+        #: Read and written with single dict operations, from any thread.
+        self._tiers: dict[str, int] = {}
 
     # -- names -----------------------------------------------------------------------------
     def _aux(self, queue: str, kind: str) -> str:
@@ -65,18 +79,16 @@ class _Topology(_IOThread):
         self._declared.add(name)
 
     def _declare(self, spec: QueueSpec) -> None:
+        """The queue and its dead-letter queue, nothing else (I/O thread).  The queue
+        dead-letters through the default exchange, routed by name to its dead-letter queue
+        (``x-dead-letter-routing-key``): no exchange of its own is needed."""
         name = spec.name
-        dlx, dead = self._aux(name, "dlx"), self._aux(name, "dead")
-        deliver = self._aux(name, "deliver")
-        ch = self._admin()
-        ch.exchange_declare(dlx, "fanout", durable=True)
+        dead = self._aux(name, "dead")
         # Listing dead letters takes them and puts them back, which a quorum queue counts as
         # a delivery: a limit no listing reaches (RabbitMQ 4 would drop them after 20).
         self._declare_aux(dead, {"x-delivery-limit": DEAD_DELIVERY_LIMIT})
-        ch = self._admin()
-        ch.queue_bind(dead, dlx)
         if self._exists(name) is None:
-            args: dict[str, Any] = {"x-dead-letter-exchange": dlx}
+            args: dict[str, Any] = self._dead_lettering(name, legacy=False)
             if self.settings.queue_type == "quorum":
                 args["x-queue-type"] = "quorum"
                 args["x-delivery-limit"] = spec.max_deliveries
@@ -97,15 +109,67 @@ class _Topology(_IOThread):
                 if exc.reply_code != 406 or self._exists(name) is None:
                     raise
                 if self.settings.priorities:
-                    self._refuse_without_priorities(name)
-        elif self.settings.priorities:
-            self._check_priorities(name, dlx)
+                    legacy = self._exchange_exists(self._aux(name, "dlx"))
+                    self._check_priorities(name, legacy=legacy)
+            return
+        legacy = self._exchange_exists(self._aux(name, "dlx"))
+        if legacy:
+            # Declared by an earlier ackwise, which dead-lettered through an exchange of the
+            # queue's own (``p.q.dlx``, a fanout; RabbitMQ cannot change the queue's
+            # arguments): keep that exchange bound to the dead-letter queue, as it did.
+            self._admin().queue_bind(dead, self._aux(name, "dlx"))
+        if self.settings.priorities:
+            self._check_priorities(name, legacy=legacy)
+
+    def _dead_lettering(self, name: str, *, legacy: bool) -> dict[str, Any]:
+        """The queue arguments that send what ``name`` dead-letters to its dead-letter queue:
+        through the default exchange, or (``legacy``) the queue's own ``p.q.dlx``."""
+        if legacy:
+            return {"x-dead-letter-exchange": self._aux(name, "dlx")}
+        return {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": self._aux(name, "dead")}
+
+    def _exchange_exists(self, exchange: str) -> bool:
+        """Whether ``exchange`` exists (I/O thread)."""
+        try:
+            self._admin().exchange_declare(exchange, passive=True)
+        except px.ChannelClosedByBroker as exc:
+            if exc.reply_code == 404:
+                return False
+            raise
+        return True
+
+    # -- delay tiers -----------------------------------------------------------------------
+    def _has_tiers(self, queue: str, top: int) -> bool:
+        """Whether this adapter declared ``queue``'s delay tiers up to ``top``."""
+        return self._tiers.get(queue, -1) >= top
+
+    def _forget_tiers(self, queue: str) -> None:
+        self._tiers.pop(queue, None)
+
+    def _ensure_tiers(self, queue: str, top: int) -> None:
+        """Declare ``queue``'s delay tiers 0 to ``top`` unless this adapter did."""
+        if top >= 0 and not self._has_tiers(queue, top):
+            self._call(lambda: self._declare_tiers(queue, top), timeout=60.0)
+
+    def _declare_tiers(self, queue: str, top: int) -> None:
+        """Declare the delay tiers 0 to ``top`` of ``queue`` (I/O thread), every one of them,
+        from the bottom up, even those this adapter declared before: a message in tier *k*
+        goes on through every tier below it, so the tiers that exist always are 0 to some
+        *k* (``stats`` counts them up to the first one missing).  Declaring what exists
+        changes nothing.  The queue must exist (else the last hop would drop what expires):
+        :class:`~ackwise.errors.QueueNotFound`, nothing declared."""
+        if self._exists(queue) is None:
+            raise QueueNotFound(
+                f"{self.settings.where}: queue {queue!r} does not exist (declare it first); "
+                "nothing was published"
+            )
+        deliver = self._aux(queue, "deliver")
         ch = self._admin()
         ch.exchange_declare(deliver, "fanout", durable=True)
-        ch.queue_bind(name, deliver)
+        ch.queue_bind(queue, deliver)
         below = deliver
-        for k in range(DELAY_TIERS):
-            exchange, wait = self._aux(name, f"delay.{k}"), self._aux(name, f"wait.{k}")
+        for k in range(top + 1):
+            exchange, wait = self._aux(queue, f"delay.{k}"), self._aux(queue, f"wait.{k}")
             ch.exchange_declare(exchange, "topic", durable=True)
             self._declare_aux(wait, {"x-message-ttl": 2**k, "x-dead-letter-exchange": below})
             ch = self._admin()
@@ -113,6 +177,8 @@ class _Topology(_IOThread):
             ch.queue_bind(wait, exchange, routing_key=f"{above}1.#")
             ch.exchange_bind(below, exchange, routing_key=f"{above}0.#")
             below = exchange
+        if not self._has_tiers(queue, top):
+            self._tiers[queue] = top
 
     def _declare_aux(self, name: str, args: dict[str, Any]) -> None:
         """Declare a queue that holds ackwise's own messages (dead letters, a delay tier) of
@@ -133,11 +199,11 @@ class _Topology(_IOThread):
             if exc.reply_code != 406 or self._exists(name) is None:
                 raise
 
-    def _check_priorities(self, name: str, dlx: str) -> None:
+    def _check_priorities(self, name: str, *, legacy: bool) -> None:
         """Refuse an existing queue that has no ``x-max-priority`` of 9 (I/O thread): AMQP
         cannot read a queue's arguments, but a declaration with other arguments fails."""
         args: dict[str, Any] = {
-            "x-dead-letter-exchange": dlx,
+            **self._dead_lettering(name, legacy=legacy),
             "x-queue-type": "classic",
             "x-max-priority": MAX_PRIORITY,
         }
@@ -156,7 +222,8 @@ class _Topology(_IOThread):
         )
 
     def delete_queue(self, queue: str) -> None:
-        """Delete the queue, its dead-letter and delay queues, and its exchanges."""
+        """Delete the queue, its dead-letter and delay queues, and its exchanges (every name
+        ackwise could have declared: what does not exist is skipped)."""
         self._check_name(queue)
         queues = [queue, self._aux(queue, "dead")]
         queues += [self._aux(queue, f"wait.{k}") for k in range(DELAY_TIERS)]
@@ -171,6 +238,7 @@ class _Topology(_IOThread):
 
         self._call(run, timeout=60.0)
         self._declared.discard(queue)
+        self._forget_tiers(queue)
 
     def _gone(self, delete: Any) -> None:
         """Run one delete on the admin channel; what does not exist is already gone."""
