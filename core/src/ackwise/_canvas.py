@@ -122,6 +122,7 @@ class Chain:
     app: App | None = None
 
     def delay(self) -> TaskHandle:
+        """Send the chain (:meth:`apply_async`)."""
         return self.apply_async()
 
     def apply_async(self) -> TaskHandle:
@@ -157,6 +158,7 @@ class GroupHandle(list[TaskHandle]):
         return out
 
     def ready(self) -> bool:
+        """Whether every member's result is final."""
         return all(h.ready() for h in self)
 
 
@@ -168,9 +170,11 @@ class Group:
     app: App | None = None
 
     def delay(self) -> GroupHandle:
+        """Send the group (:meth:`apply_async`)."""
         return self.apply_async()
 
     def apply_async(self) -> GroupHandle:
+        """Send every member in one round trip per queue; return their handles, in order."""
         app = _app_of(self.members, self.app)
         return GroupHandle(app.send_many(self.members))
 
@@ -190,6 +194,7 @@ class Chord:
     app: App | None = None
 
     def delay(self) -> TaskHandle:
+        """Send the chord (:meth:`apply_async`)."""
         return self.apply_async()
 
     def apply_async(self) -> TaskHandle:

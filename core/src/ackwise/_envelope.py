@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 ENVELOPE_VERSION = 1
+"""The envelope format this version writes (``v``); a reader refuses a newer one (docs/envelope.md)."""
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1

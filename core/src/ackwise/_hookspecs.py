@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 hookspec = pluggy.HookspecMarker("ackwise")
 hookimpl = pluggy.HookimplMarker("ackwise")
+"""Marks a plugin's implementation of an ackwise hook (docs/hooks.md): ``@hookimpl``."""
 
 
 @hookspec

@@ -39,6 +39,10 @@ DONE_TTL = 7 * 24 * 3600.0
 
 
 class KeyState(enum.Enum):
+    """What a claim of an idempotency key found: ``RUN`` (the caller holds it now: run the
+    task), ``DONE`` (an earlier run finished: skip it) or ``BUSY`` (another holder's lease
+    is live: try again later)."""
+
     RUN = "run"
     DONE = "done"
     BUSY = "busy"
@@ -46,6 +50,8 @@ class KeyState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
+    """The answer to :meth:`IdempotencyStore.claim`."""
+
     state: KeyState
     #: For BUSY: seconds until the holder's lease runs out.
     retry_after: float = 0.0
@@ -61,10 +67,12 @@ class IdempotencyStore(abc.ABC):
         self.done_ttl = done_ttl
 
     @abc.abstractmethod
-    def open(self) -> None: ...
+    def open(self) -> None:
+        """Connect to the store (called once, before any other method)."""
 
     @abc.abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the store's connections; safe to call twice."""
 
     @abc.abstractmethod
     def claim(self, key: str, holder: str, lease: float) -> ClaimResult:

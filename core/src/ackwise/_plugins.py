@@ -115,6 +115,7 @@ class Plugins:
                 caller(registry=registry)
 
     def add_commands(self, subparsers: Any) -> None:
+        """Let every plugin add its subcommands to the ``ackwise`` command line."""
         self.pm.hook.ackwise_add_commands(subparsers=subparsers)
 
     def emitter(self, hook: str) -> Callable[..., Any] | None:
@@ -129,6 +130,7 @@ class Plugins:
         return caller  # type: ignore[no-any-return]
 
     def names(self) -> list[str]:
+        """The names of the registered plugins, sorted."""
         return sorted(name for name, _ in self.pm.list_name_plugin())
 
 

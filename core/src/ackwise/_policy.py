@@ -138,6 +138,8 @@ class WorkerConfig:
     broker_timeout: float = 60.0
 
     def validate(self, app: App, adapter_cls: type[Adapter]) -> None:
+        """Refuse settings that cannot hold together, or that ``adapter_cls``'s broker
+        cannot serve (:class:`ackwise.errors.ConfigurationError`, one line naming the option)."""
         if self.pool not in POOLS:
             raise ConfigurationError(f"--pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
         if self.pool == "solo":

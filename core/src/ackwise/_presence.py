@@ -73,10 +73,13 @@ class WorkerInfo:
         return self.state
 
     def to_json(self) -> str:
+        """The record as the registry stores it: compact JSON."""
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> WorkerInfo:
+        """A record from what :meth:`to_json` stored (fields this version does not know are
+        dropped)."""
         data: dict[str, Any] = json.loads(text)
         return cls(**{k: v for k, v in data.items() if k in _FIELDS})
 
@@ -93,10 +96,12 @@ class WorkerRegistry(abc.ABC):
         self.url = url
 
     @abc.abstractmethod
-    def open(self) -> None: ...
+    def open(self) -> None:
+        """Connect to the registry (called once, before any other method)."""
 
     @abc.abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the registry's connections; safe to call twice."""
 
     @abc.abstractmethod
     def beat(self, info: WorkerInfo) -> None:

@@ -48,10 +48,12 @@ class RateLimiter(abc.ABC):
         self.url = url
 
     @abc.abstractmethod
-    def open(self) -> None: ...
+    def open(self) -> None:
+        """Connect to the limiter (called once, before any other method)."""
 
     @abc.abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the limiter's connections; safe to call twice."""
 
     @abc.abstractmethod
     def reserve(self, key: str, interval: float) -> float:

@@ -172,6 +172,7 @@ class AdapterRegistry(_Registry[AdapterEntry]):
         return self.store_class("idempotency", scheme)
 
     def idempotency_schemes(self) -> list[str]:
+        """The URL schemes some plugin provides an idempotency store for, sorted."""
         return sorted(self._stores["idempotency"])
 
     def add_result_store(self, scheme: str, import_path: str) -> None:
@@ -183,6 +184,7 @@ class AdapterRegistry(_Registry[AdapterEntry]):
         return self.store_class("result", scheme)
 
     def result_schemes(self) -> list[str]:
+        """The URL schemes some plugin provides a result store for, sorted."""
         return sorted(self._stores["result"])
 
     def add_rate_limiter(self, scheme: str, import_path: str) -> None:

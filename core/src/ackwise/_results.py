@@ -51,6 +51,9 @@ RESULT_TTL = 24 * 3600.0
 
 
 class ResultState(enum.Enum):
+    """Where a task's result stands: ``PENDING`` (nothing recorded yet), ``STARTED`` (with
+    ``track_started``), ``SUCCEEDED``, ``FAILED`` (raised) or ``DEAD`` (dead-lettered)."""
+
     PENDING = "pending"
     STARTED = "started"
     SUCCEEDED = "succeeded"
@@ -95,10 +98,12 @@ class TaskResult(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
         return not (self.status is ResultState.STARTED and old.status in FINAL)
 
     def to_json(self) -> bytes:
+        """The record as stored: JSON bytes."""
         return _ENCODER.encode(self)
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> TaskResult:
+        """A record from what :meth:`to_json` stored."""
         return _DECODER.decode(raw)
 
 
@@ -117,10 +122,12 @@ class ResultStore(abc.ABC):
         self.ttl = ttl
 
     @abc.abstractmethod
-    def open(self) -> None: ...
+    def open(self) -> None:
+        """Connect to the store (called once, before any other method)."""
 
     @abc.abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the store's connections; safe to call twice."""
 
     @abc.abstractmethod
     def put(self, records: Sequence[TaskResult]) -> None:

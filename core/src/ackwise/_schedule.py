@@ -136,12 +136,14 @@ class Interval(Schedule):
         object.__setattr__(self, "_every_us", round(every * 1_000_000))
 
     def next_after(self, after: dt.datetime) -> dt.datetime:
+        """The first multiple of ``every`` seconds since the epoch strictly after ``after``."""
         step = self._every_us
         return from_us((to_us(_aware(after, "after")) // step + 1) * step)
 
     def due(
         self, after: dt.datetime, until: dt.datetime, limit: int
     ) -> tuple[list[dt.datetime], bool]:
+        """The fire times in ``(after, until]`` (the newest ``limit``) and whether some were cut."""
         step = self._every_us
         first = to_us(_aware(after, "after")) // step + 1
         last = to_us(_aware(until, "until")) // step
@@ -152,6 +154,7 @@ class Interval(Schedule):
         return [from_us(k * step) for k in range(last - take + 1, last + 1)], take < count
 
     def describe(self) -> str:
+        """``every 60s``."""
         return f"every {self.every:g}s"
 
 
@@ -211,6 +214,8 @@ class Cron(Schedule):
             yield t.astimezone(UTC)
 
     def next_after(self, after: dt.datetime) -> dt.datetime | None:
+        """The first fire time strictly after ``after``, or ``None`` if the expression never
+        fires again."""
         after = _aware(after, "after")
         # cronsim works on local wall time; around a fall-back transition it can hand back a
         # wall time that is earlier in real time: skip those.
@@ -222,6 +227,7 @@ class Cron(Schedule):
     def due(
         self, after: dt.datetime, until: dt.datetime, limit: int
     ) -> tuple[list[dt.datetime], bool]:
+        """The fire times in ``(after, until]`` (the newest ``limit``) and whether some were cut."""
         after, until = _aware(after, "after"), _aware(until, "until")
         if until <= after or limit <= 0:
             return [], until > after and self.next_after(after) is not None
@@ -247,6 +253,7 @@ class Cron(Schedule):
         return newest, cut
 
     def describe(self) -> str:
+        """``cron 30 2 * * * Europe/Paris``."""
         return f"cron {self.expr} {self.tz_name}"
 
 

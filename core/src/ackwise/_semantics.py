@@ -122,6 +122,7 @@ class LostMessage:
 _WITHOUT_TASK = frozenset({Outcome.REJECTED, Outcome.UNKNOWN_TASK, Outcome.OVER_LIMIT})
 
 Settlement = Hold | AckMessage | NackMessage | RetryMessage | DeadLetterMessage | LostMessage
+"""What :func:`settle` tells the worker to do with one delivery: one of the six decisions."""
 
 _HOLD = Hold()
 _ACK = AckMessage()

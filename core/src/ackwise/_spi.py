@@ -37,12 +37,12 @@ __all__ = [
 ]
 
 
-#: Runs one SQL statement (``%(name)s`` parameters) on the caller's own database connection,
-#: inside the caller's transaction, and returns its rows (``app.transaction(conn)``).
 Execute = Callable[[str, Mapping[str, Any]], list[tuple[Any, ...]]]
+"""Runs one SQL statement (``%(name)s`` parameters) on the caller's own database connection,
+inside the caller's transaction, and returns its rows (``app.transaction(conn)``)."""
 
-#: The highest message priority; 0 is the lowest and the default (docs/priorities.md).
 MAX_PRIORITY = 9
+"""The highest message priority; 0 is the lowest and the default (docs/priorities.md)."""
 
 
 class LeaseExtension(enum.Enum):
@@ -202,6 +202,7 @@ class QueueStats:
     oldest_age: float
 
     def as_dict(self) -> dict[str, Any]:
+        """The figures as a JSON-friendly dict (what ``ackwise stats --json`` prints)."""
         return {
             "queue": self.queue,
             "ready": self.ready,

@@ -21,13 +21,13 @@ if TYPE_CHECKING:
 
 __all__ = ["TRANSIENT_ERRORS", "Retry", "RetryPolicy", "Signature", "Task", "TaskContext"]
 
-#: What ``autoretry_for`` retries by default: errors where trying again later may succeed.
-#: Everything else (a bug, bad input) is dead-lettered at once.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
     TransientAdapterError,
 )
+"""What ``autoretry_for`` retries by default: errors where trying again later may succeed.
+Everything else (a bug, bad input) is dead-lettered at once."""
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -191,6 +191,7 @@ class Worker:
         return self._stopped.is_set()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until the worker consumes (connected, queues declared); False on timeout."""
         return self._ready.wait(timeout)
 
     @property

@@ -233,6 +233,7 @@ class UnsupportedCapability(AdapterError):
 # -- for adapter authors: mapping a driver's exceptions, in one place ---------------------------
 #: A driver exception class -> (the ackwise class to raise, what it means, for the message).
 ErrorTable = Mapping[type[BaseException], tuple[type[AdapterError], str]]
+"""An adapter's driver exceptions mapped to ackwise's error class and a hint (:func:`from_table`)."""
 
 
 def redact(text: str, secret: str | None) -> str:

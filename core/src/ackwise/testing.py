@@ -62,6 +62,7 @@ class Report:
     events: list[Event] = field(default_factory=list)
 
     def of(self, kind: str) -> list[Event]:
+        """The events of one ``kind`` (``started``, ``succeeded``, ``retried`` ...), in order."""
         return [e for e in self.events if e.kind == kind]
 
     @property
@@ -146,6 +147,9 @@ class InProcessWorker:
             )
 
     def start(self) -> InProcessWorker:
+        """Start the worker on a thread of this process; return once it consumes (or raise
+        what stopped it from starting)."""
+
         def target() -> None:
             try:
                 self._status = self.worker.run()

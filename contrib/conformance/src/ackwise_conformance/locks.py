@@ -35,10 +35,12 @@ class LeaderLockConformance:
 
     @pytest.fixture
     def lock_url(self) -> str:
+        """The URL of the lock backend under test: every subclass overrides this fixture."""
         pytest.fail(f"{type(self).__name__} must override the 'lock_url' fixture")
 
     @pytest.fixture
     def lock(self, lock_url: str) -> Iterator[LeaderLock]:
+        """An open lock object on ``lock_url``: one beat process."""
         lock = open_lock(lock_url)
         lock.timeout = 5.0
         lock.open()
@@ -56,6 +58,7 @@ class LeaderLockConformance:
 
     @pytest.fixture
     def name(self) -> str:
+        """A lock name of this test's own."""
         return f"conformance.lock.{uuid.uuid4().hex[:12]}"
 
     def _expire(self, lock: LeaderLock, name: str) -> None:
