@@ -167,8 +167,10 @@ def test_declare_makes_two_objects_and_stats_purge_and_dead_letters_work_without
             consumer.dead_letter(second, reason="test")
         finally:
             consumer.close()
-        stats = eventually(lambda: adapter.stats(queue), 5.0)
-        assert (stats.ready, stats.delayed, stats.dead) == (1, 0, 2)
+        # the nack's requeue lands after the consumer closed: wait for the figures themselves
+        # (any QueueStats is truthy, so waiting for stats alone did not wait at all)
+        figures = lambda: (lambda st: (st.ready, st.delayed, st.dead))(adapter.stats(queue))  # noqa: E731
+        eventually(lambda: figures() == (1, 0, 2), 5.0)
         assert sorted(d.message_id for d in adapter.dead_letters(queue)) == ["again", "dead"]
         assert adapter.purge(queue) == 1
         assert _existing(raw, adapter, queue) == {queue, dead}
