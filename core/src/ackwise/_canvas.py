@@ -26,6 +26,7 @@ import msgspec
 from ackwise import _envelope
 from ackwise._app import App
 from ackwise._handle import TaskHandle
+from ackwise._results import ResultState, ResultStore, TaskResult, value_of
 from ackwise._spi import MAX_PRIORITY, Outgoing
 from ackwise._task import Signature, Task
 from ackwise.errors import ConfigurationError
@@ -236,6 +237,31 @@ def callback_message(info: dict[str, Any], values: list[Any]) -> tuple[str, Outg
     its idempotency key is ``chord:<id>``: every member that finds the chord complete sends
     it, and it runs once."""
     return _message(info["callback"], values, {"idempotency_key": f"chord:{info['id']}"})
+
+
+def chord_member_finished(
+    results: ResultStore, info: dict[str, Any], record: TaskResult, message_id: str
+) -> tuple[str, Outgoing] | None:
+    """A chord member's final record (``info``: its ``chord`` header): a failure fails the
+    chord, naming the member; a success is stored, then counted once.  Returns the callback
+    message when this member found every member counted, else ``None``."""
+    if record.status is not ResultState.SUCCEEDED:
+        why = (
+            f"chord member {record.task} ({message_id}, #{info['index']}) "
+            f"{record.state}: {record.error}"
+        )
+        results.put([msgspec.structs.replace(record, id=info["id"], task=None, error=why)])
+        return None
+    results.put([record])  # stored before it is counted: the callback reads it
+    if results.join(info["id"], int(info["index"])) < int(info["size"]):
+        return None
+    values = []
+    for mid in info["members"]:
+        member = results.get(mid)
+        if member is None or member.status is not ResultState.SUCCEEDED:
+            return None  # a member's record expired or changed: the chord's record says so
+        values.append(value_of(member))
+    return callback_message(info, values)
 
 
 def next_step(env: _envelope.Envelope, value_json: str | None) -> tuple[str, Outgoing] | None:

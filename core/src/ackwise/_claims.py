@@ -17,6 +17,7 @@ from ackwise._held import Held
 from ackwise._idempotency import IdempotencyStore, KeyState
 from ackwise._plugins import open_store
 from ackwise._semantics import Outcome
+from ackwise._task import claim_key
 from ackwise.errors import AdapterError
 
 if TYPE_CHECKING:
@@ -52,13 +53,7 @@ class Claims:
         return f"{self.worker_id}:{h.job_id}:{h.delivery.attempt}"
 
     def _key_of(self, h: Held) -> str | None:
-        header = h.envelope.headers.get("idempotency_key")
-        if isinstance(header, str) and header:
-            return f"{h.task.name}:{header}"
-        if h.task.idempotency_key is None:
-            return None
-        key = h.task.idempotency_key(*h.envelope.args, **h.envelope.kwargs)
-        return f"{h.task.name}:{key}"
+        return claim_key(h.task, h.envelope)
 
     def admit(self, h: Held, settler: Settler) -> bool:
         """Claim the delivery's idempotency key; settle it here when it must not run."""

@@ -27,12 +27,12 @@ import msgspec
 
 from ackwise import _envelope, _tracing
 from ackwise._app import App
-from ackwise._canvas import CHAIN, CHAIN_END, CHORD, callback_message, next_step
+from ackwise._canvas import CHAIN, CHAIN_END, CHORD, chord_member_finished, next_step
 from ackwise._envelope import Envelope
 from ackwise._execution import Runner, _format_traceback, _json_value, describe
-from ackwise._results import ResultState, ResultStore, TaskResult, value_of
+from ackwise._results import ResultState, ResultStore, TaskResult
 from ackwise._spi import Outgoing
-from ackwise._task import Task, TaskContext
+from ackwise._task import Task, TaskContext, claim_key
 from ackwise.errors import ConfigurationError
 
 __all__ = ["EagerFailure", "EagerMode", "eager"]
@@ -188,12 +188,7 @@ class EagerMode:
         """The call's idempotency key, as a worker claims it (none without a store)."""
         if self.app.idempotency_store_url is None:
             return None
-        header = env.headers.get("idempotency_key")
-        if isinstance(header, str) and header:
-            return f"{task.name}:{header}"
-        if task.idempotency_key is None:
-            return None
-        return f"{task.name}:{task.idempotency_key(*env.args, **env.kwargs)}"
+        return claim_key(task, env)
 
     def _call(self, task: Task[..., Any], env: Envelope) -> str | None:
         """Call the task with the decoded arguments; return its value as JSON where a worker
@@ -271,20 +266,9 @@ class EagerMode:
         info = env.headers[CHORD]
         if self.app.result_store_url is None:
             return  # a worker logs it and cannot count it either
-        if record.status is not ResultState.SUCCEEDED:
-            why = f"chord member {record.task} ({env.id}, #{info['index']}) failed: {record.error}"
-            self._put(msgspec.structs.replace(record, id=info["id"], task=None, error=why))
-            return
-        self._put(record)
-        if self._results.join(info["id"], int(info["index"])) < int(info["size"]):
-            return
-        values = []
-        for mid in info["members"]:
-            member = self._results.get(mid)
-            if member is None or member.status is not ResultState.SUCCEEDED:
-                return
-            values.append(value_of(member))
-        self._publish([callback_message(info, values)[1]])
+        callback = chord_member_finished(self._results, info, record, env.id)
+        if callback is not None:
+            self._publish([callback[1]])
 
     def _record(
         self, task: Task[..., Any], env: Envelope, state: ResultState, **fields: str | None

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 import msgspec
 
 from ackwise import _envelope
-from ackwise._canvas import CHAIN, CHAIN_END, CHORD, callback_message, next_step
+from ackwise._canvas import CHAIN, CHAIN_END, CHORD, chord_member_finished, next_step
 from ackwise._events import DeadLettered, Events, Lost, Retried, Returned, Stale
 from ackwise._execution import Result
 from ackwise._held import Held, WorkerCounters
-from ackwise._results import ResultState, ResultStore, TaskResult, value_of
+from ackwise._results import ResultState, ResultStore, TaskResult
 from ackwise._semantics import (
     AckMessage,
     DeadLetterMessage,
@@ -204,24 +204,9 @@ class Settler:
                 h.delivery.message_id,
             )
             return
-        if record.status is not ResultState.SUCCEEDED:
-            why = (
-                f"chord member {h.task.name} ({h.delivery.message_id}, #{info['index']}) "
-                f"{record.state}: {record.error}"
-            )
-            self.results.put([msgspec.structs.replace(record, id=info["id"], task=None, error=why)])
-            return
-        self.results.put([record])  # stored before it is counted: the callback reads it
-        if self.results.join(info["id"], int(info["index"])) < int(info["size"]):
-            return
-        values = []
-        for mid in info["members"]:
-            member = self.results.get(mid)
-            if member is None or member.status is not ResultState.SUCCEEDED:
-                return  # a member's record expired or changed: the chord's record says so
-            values.append(value_of(member))
-        queue, out = callback_message(info, values)
-        self._publish_to(queue, out)
+        callback = chord_member_finished(self.results, info, record, h.delivery.message_id)
+        if callback is not None:
+            self._publish_to(*callback)
 
     def _priority(self, env: _envelope.Envelope | None) -> int:
         """The priority a message sent again keeps (0 where the broker has none: a message

@@ -18,6 +18,7 @@ from ackwise.errors import ConfigurationError, TransientAdapterError
 
 if TYPE_CHECKING:
     from ackwise._app import App
+    from ackwise._envelope import Envelope
 
 __all__ = ["TRANSIENT_ERRORS", "Retry", "RetryPolicy", "Signature", "Task", "TaskContext"]
 
@@ -224,3 +225,15 @@ class Task(Generic[P, R]):
     def map(self, calls: Iterable[Sequence[Any]]) -> list[TaskHandle]:
         """Send one message per argument tuple, batched per queue; return the ids."""
         return self.app.send_many(Signature(self, tuple(a)) for a in calls)
+
+
+def claim_key(task: Task[..., Any], env: Envelope) -> str | None:
+    """The idempotency key a call of ``task`` is claimed under: the message's own
+    ``idempotency_key`` header, else the task's ``idempotency_key`` of its arguments, else
+    none; prefixed with the task's name (docs/idempotency.md)."""
+    header = env.headers.get("idempotency_key")
+    if isinstance(header, str) and header:
+        return f"{task.name}:{header}"
+    if task.idempotency_key is None:
+        return None
+    return f"{task.name}:{task.idempotency_key(*env.args, **env.kwargs)}"
