@@ -266,14 +266,21 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
     (tmp_path / "slow_app_xyz.py").write_text(
         f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ackwise", "workers", "slow_app_xyz:app"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # A test run started in the background of a non-interactive shell ignores SIGINT, and an
+    # ignored signal stays ignored across exec: the child would sleep through it.  A handler
+    # (not an ignore) here makes the child start with SIGINT's default, as from a terminal.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ackwise", "workers", "slow_app_xyz:app"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(tmp_path)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         deadline = time.monotonic() + 30
         while not marker.exists():
