@@ -43,6 +43,9 @@ Completion = tuple[str, int, Any]
 _FRAME = struct.Struct("<I")
 _JOB = struct.Struct("<QIH")  # job id, attempt, receipt length; then receipt, then body
 _READY = b"\x00ready"
+#: How long a consumer yields to a thread it woke for a job (seconds): its wake-up takes
+#: tens of microseconds.
+_HAND_OVER = 0.0005
 
 
 class Executor:
@@ -80,6 +83,9 @@ class Executor:
     def waiting(self) -> int:
         """Jobs submitted beyond the idle slots, waiting for one (not started)."""
         return 0
+
+    def let_start(self, job_id: int) -> None:
+        """Give the job just handed to an idle slot its start before this thread goes on."""
 
     def withdraw(self, job_ids: Sequence[int]) -> list[int]:
         """Take back those of ``job_ids`` that wait for a slot; return their ids."""
@@ -133,6 +139,16 @@ class ThreadExecutor(Executor):
             self._busy += 1
             self._waiting[job.job_id] = job
         self._jobs.put(job)
+
+    def let_start(self, job_id: int) -> None:
+        # The woken thread needs the GIL, which this thread would keep until its next
+        # blocking call (a log line's formatting, a broker round trip): yield it until that
+        # thread took the job, for at most _HAND_OVER seconds.
+        waiting, sleep = self._waiting, time.sleep
+        deadline = time.perf_counter() + _HAND_OVER
+        sleep(0)
+        while job_id in waiting and time.perf_counter() < deadline:
+            sleep(0)
 
     def withdraw(self, job_ids: Sequence[int]) -> list[int]:
         with self._lock:
