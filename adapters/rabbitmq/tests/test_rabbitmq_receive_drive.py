@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pika import BlockingConnection
 
 from ackwise import Delivery, Outgoing, QueueSpec, open_adapter
-from ackwise.errors import TransientAdapterError
+from ackwise.errors import StaleReceipt, TransientAdapterError
 from ackwise_conformance.brokers import BrokerHandle
 from ackwise_conformance.harness import with_options
 from ackwise_conformance.helpers import eventually
@@ -154,3 +154,74 @@ def test_a_receive_that_finds_the_connection_closed_leaves_it_to_the_io_thread(
                 adapter._conn = live
     finally:
         adapter.close()
+
+
+def test_an_ack_while_the_io_thread_stands_aside_goes_out_from_the_caller(
+    rabbitmq_url: str, monkeypatch
+) -> None:
+    """After a receive drove, the I/O thread stands aside: an ack then runs on the acking
+    thread and is sent before ``ack`` returns, instead of waking the I/O thread to take the
+    connection back (two thread wake-ups per settled batch, and the next receive taking it
+    from the I/O thread again)."""
+    from ackwise_rabbitmq import _pika_private
+
+    adapter = _adapter(rabbitmq_url)
+    queue = _queue()
+    acked_on: list[str] = []
+    send_ack = _pika_private.send_ack
+
+    def recording(ch, tag):  # type: ignore[no-untyped-def]
+        acked_on.append(threading.current_thread().name)
+        send_ack(ch, tag)
+
+    try:
+        adapter.declare(QueueSpec(queue))
+        adapter.publish(queue, [Outgoing("m", b"x")])
+        (d,) = adapter.receive(queue, max_messages=1, wait=WAIT, lease=30.0)
+        assert adapter._aside, "the receive drove: the I/O thread stands aside"
+        monkeypatch.setattr(_pika_private, "send_ack", recording)
+        adapter.ack([d])
+        assert acked_on == [threading.current_thread().name]
+        # Sent, not only queued for a turn of the loop that nothing would make.
+        assert adapter._conn is not None
+        assert adapter._conn._impl._transport.get_write_buffer_size() == 0
+        adapter.close()  # what the broker did not take an ack for would go back to the queue
+        observer = _adapter(rabbitmq_url)
+        try:
+            assert observer.stats(queue).ready == 0
+        finally:
+            observer.close()
+    finally:
+        adapter.close()
+        _delete(rabbitmq_url, queue)
+
+
+def test_calls_after_the_connection_broke_under_a_caller_report_a_transient_loss(
+    rabbitmq_broker: BrokerHandle,
+) -> None:
+    """Defect (found by the crash suite): a caller running its own call found the connection
+    gone; the next caller ran its call on the closed connection too and pika raised
+    ``ValueError: Timeout closed before call``, which the worker took for a permanent error
+    and stopped on.  Every call after the loss reports a transient one (early acks: stale)."""
+    queue = _queue()
+    with FaultProxy(rabbitmq_broker.host, rabbitmq_broker.port).start() as proxy:
+        adapter = _adapter(with_options(rabbitmq_broker.url_via(*proxy.address), heartbeat=2))
+        try:
+            adapter.declare(QueueSpec(queue))
+            adapter.publish(queue, [Outgoing("a", b"x"), Outgoing("b", b"x")])
+            got: list[Delivery] = []
+            while len(got) < 2:
+                got += adapter.receive(queue, max_messages=2, wait=WAIT, lease=30.0)
+            assert adapter._aside, "the receive drove: callers run their own calls"
+            proxy.reset()
+            time.sleep(0.2)  # the reset has reached the adapter's socket
+            for d in got:
+                try:
+                    adapter.ack_before_start([d])
+                except (StaleReceipt, TransientAdapterError):
+                    pass  # what a lost connection must look like
+                else:
+                    raise AssertionError("an early ack went through a cut connection")
+        finally:
+            adapter.close()
+    _delete(rabbitmq_broker.url, queue)

@@ -7,6 +7,9 @@ CPU-bound task runs in the worker's executor.  The worker's consumer thread call
 every pika call is handed to the I/O thread (a command queue woken by
 ``add_callback_threadsafe``).  An idle worker's ``receive``, waiting for a delivery, turns the
 loop itself meanwhile (:meth:`_IOThread._drive`): the delivery reaches it without a hand-off.
+The I/O thread then stands aside until a call wakes it or 0.5 s pass; a call made meanwhile
+while no receive drives (the acks of finished tasks) runs on the caller's thread
+(:meth:`_IOThread._run_own_call`), as a producer's calls do while nothing consumes.
 
 **Receiving**: the first ``receive`` of a queue starts a consumer (``basic.consume``) whose
 window (``basic.qos``, per consumer) is what the worker asked for; the broker pushes into an

@@ -92,7 +92,8 @@ class _IOThread(Adapter):
         self._driving = False
         #: The I/O thread stands aside: for a receiver that drives, and after it until a call
         #: wakes it (:attr:`_wake`) or :data:`_PRODUCER_TURN` passes, so that its wake-up
-        #: does not compete with the start of the task just taken in.
+        #: does not compete with the start of the task just taken in.  Calls made meanwhile
+        #: run on their callers' threads when the connection is free (:meth:`_run_own_call`).
         self._aside = False
         self._driver_error: BaseException | None = None  # the I/O thread shuts down on it
 
@@ -400,7 +401,8 @@ class _IOThread(Adapter):
             raise call.error
 
     def _post(self, fn: Callable[[], None]) -> None:
-        """Hand ``fn`` to the I/O thread and return at once (its errors are logged)."""
+        """Run ``fn`` on this thread if the connection is free for it (:meth:`_run_own_call`),
+        else hand it to the I/O thread and return at once (its errors are logged)."""
         call = _Call(fn, detached=True)
         with self._lock:
             if not self._alive:
@@ -410,6 +412,8 @@ class _IOThread(Adapter):
             wake = not self._calls  # else a wake-up is on its way already
             self._calls.append(call)
             conn = self._conn
+        if self._run_own_call(call):
+            return
         if wake:
             assert conn is not None
             self._wake_io_thread(conn)
@@ -430,27 +434,43 @@ class _IOThread(Adapter):
             raise BrokerUnavailable(f"{self.settings.where}: connection closed") from exc
 
     def _run_own_call(self, call: _Call) -> bool:
-        """While nothing consumes, run ``call`` on this thread if the connection is free
-        (no hand-off to the I/O thread and back): with the calls queued before it, until it
-        is done.  Calls queued meanwhile are the I/O thread's.  Whether it ran here."""
-        if self._consuming or not self._io.acquire(blocking=False):
+        """Run ``call`` on this thread if the connection is free and no thread turns its
+        loop for consumers (:meth:`_runs_here`): with the calls queued before it, until it
+        is done; what they queued (acks) is sent before this returns.  No hand-off to the
+        I/O thread and back (two thread wake-ups).  Calls queued meanwhile are the I/O
+        thread's.  Whether it ran here."""
+        if not self._runs_here() or not self._io.acquire(blocking=False):
             return False
         try:
-            if self._consuming:  # a receive began meanwhile: the I/O thread's from now on
-                return False
+            conn = self._conn
+            if not self._runs_here() or conn is None or not conn.is_open:
+                return False  # a receive began meanwhile, or the I/O thread has a loss to report
             self._run_calls(until=call)
+            if self._consuming:
+                _pika_private.flush(conn)  # no loop turns to send it: the I/O thread stands aside
             self._last_turn = time.monotonic()  # its confirm wait took in what came
         except BaseException as exc:
-            # The connection broke under a call: the I/O thread's next turn finds it closed
-            # and shuts down.
+            # The connection broke under a call: the I/O thread shuts down on it.
             if not call.done.is_set():
                 call.error = exc
                 call.done.set()
+            self._driver_error = exc
+            self._wake.set()
+            if not isinstance(exc, Exception):
+                raise
         finally:
             self._io.release()
             if self._calls or not call.done.is_set():
                 self._wake.set()
         return call.done.is_set()
+
+    def _runs_here(self) -> bool:
+        """A caller may run its calls itself: nothing consumes on this connection (the I/O
+        thread turns the loop only now and then), or the I/O thread stands aside for
+        receivers (:attr:`_aside`) and none turns the loop now."""
+        if self._driver_error is not None:
+            return False  # the connection failed under a caller: the I/O thread shuts down
+        return not self._consuming or (self._aside and not self._driving)
 
     def _call(
         self,
