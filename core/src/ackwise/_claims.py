@@ -52,9 +52,6 @@ class Claims:
     def holder(self, h: Held) -> str:
         return f"{self.worker_id}:{h.job_id}:{h.delivery.attempt}"
 
-    def _key_of(self, h: Held) -> str | None:
-        return claim_key(h.task, h.envelope)
-
     def admit(self, h: Held, settler: Settler) -> bool:
         """Claim the delivery's idempotency key; settle it here when it must not run."""
         not_now = self.claim(h)
@@ -92,7 +89,7 @@ class Claims:
     def claim(self, h: Held) -> NotNow | None:
         """Claim ``h``'s key; ``None`` when it may start (it then holds the key)."""
         try:
-            key = self._key_of(h)
+            key = claim_key(h.task, h.envelope)
         except Exception as exc:
             return NotNow(
                 Outcome.REJECTED, detail=f"idempotency_key of {h.task.name} raised {exc!r}"

@@ -351,8 +351,9 @@ class _Consuming(_Publishing):
             raise StaleReceipt(stale, operation)
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
-        """Late acks: posted to the I/O thread without waiting for it (``basic.ack`` has no
-        answer to wait for anyway; a lost one is a redelivery, which at-least-once allows).
+        """Late acks: posted without waiting for an answer (``basic.ack`` has none; a lost
+        one is a redelivery, which at-least-once allows): sent by this thread when the
+        connection is free for it, else by the I/O thread (:meth:`_IOThread._post`).
 
         When the I/O loop has not turned for a while (this process was paused, say), the
         connection may be gone without the adapter knowing: then the ack waits for the I/O
