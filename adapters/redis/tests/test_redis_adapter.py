@@ -242,6 +242,30 @@ def test_every_key_of_a_queue_shares_its_hash_tag(adapter: Adapter, queue: str) 
     adapter.delete_dead(queue)
 
 
+def test_the_in_flight_and_early_ack_sets_are_skiplists_from_their_first_member(
+    adapter: Adapter, queue: str
+) -> None:
+    # Redis keeps a sorted set of up to 128 short members as a listpack, which every ZADD and
+    # ZMSCORE reads end to end: the in-flight set of a draining worker (about its prefetch
+    # window) cost 4.4 µs of Redis CPU a message to lease, and the queue's drain ~1.4x slower.
+    k = adapter.keys(queue)  # type: ignore[attr-defined]
+    adapter.publish(queue, [Outgoing(f"m{i}", b"x") for i in range(4)])
+    late = adapter.receive(queue, max_messages=2, wait=0, lease=30)
+    assert _raw(adapter, "OBJECT", "ENCODING", k.inflight) == b"skiplist"
+    more = adapter.receive(queue, max_messages=2, wait=0, lease=30)  # into the existing set
+    members = _raw(adapter, "ZRANGE", k.inflight, 0, -1)
+    assert isinstance(members, list)
+    assert sorted(members) == sorted(d.receipt for d in late + more)  # no seed left
+    adapter.ack_before_start(more)
+    assert _raw(adapter, "OBJECT", "ENCODING", k.early) == b"skiplist"
+    assert _raw(adapter, "ZCARD", k.early) == 2
+    adapter.ack(late)
+    assert _raw(adapter, "EXISTS", k.inflight) == 0  # emptied: gone, and made anew next time
+    adapter.publish(queue, [Outgoing("again", b"x")])
+    adapter.receive(queue, max_messages=1, wait=0, lease=30)
+    assert _raw(adapter, "OBJECT", "ENCODING", k.inflight) == b"skiplist"
+
+
 # -- maxmemory-policy -----------------------------------------------------------------------
 
 

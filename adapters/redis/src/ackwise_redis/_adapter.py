@@ -121,7 +121,7 @@ EARLY_MEMORY = 120
 
 _RECEIVE = load_script("receive", lib=True)
 _PUBLISH = load_script("publish", lib=True)
-_ACK = load_script("ack")
+_ACK = load_script("ack", lib=True)
 _EXTEND = load_script("extend")
 _NACK = load_script("nack", lib=True)
 _DEAD_LETTER = load_script("dead_letter")

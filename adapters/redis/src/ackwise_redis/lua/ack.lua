@@ -60,6 +60,6 @@ if mode == 'early' then
   local t = redis.call('TIME')
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', tonumber(t[1]) + tonumber(t[2]) / 1000000)
   if #forget > 0 then redis.call('ZREM', KEYS[3], unpack(forget)) end
-  if #zargs > 0 then redis.call('ZADD', KEYS[3], unpack(zargs)) end
+  if #zargs > 0 then zadd_indexed(KEYS[3], zargs) end
 end
 return stale

@@ -222,6 +222,6 @@ end
 if #to_tail > 0 then redis.call('RPUSH', KEYS[1], unpack(to_tail)) end
 if #to_urgent > 0 then make_ready(KEYS[1], KEYS[6], 'RPUSH', to_urgent) end
 if #stand_ins > 0 then redis.call('HSET', KEYS[4], unpack(stand_ins)) end
-redis.call('ZADD', KEYS[3], unpack(zargs))
+zadd_indexed(KEYS[3], zargs)
 if wake then redis.call('RPUSH', KEYS[5], '1') end
 return out
