@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from ackwise import Adapter, App, Delivery, Outgoing, QueueSpec, open_adapter
-from ackwise.errors import PermanentAdapterError, StaleReceipt
+from ackwise.errors import PermanentAdapterError, StaleReceipt, TransientAdapterError
 from ackwise.testing import run_worker
 from ackwise_conformance.brokers import BrokerHandle
 from ackwise_conformance.helpers import eventually
@@ -404,3 +404,52 @@ def test_a_waiting_receive_gets_a_message_published_while_it_waits_after_a_scrip
     other.close()
     assert [d.message_id for d in got[0]] == ["m1"]
     assert time.monotonic() - started < 3.0  # woken by the publish, not at the end of its wait
+
+
+# -- a receive whose answer is read later ----------------------------------------------------
+def test_receive_later_after_a_script_flush_loads_the_script_and_answers(
+    adapter: Adapter, queue: str
+) -> None:
+    adapter.publish(queue, [Outgoing("m1", b"one"), Outgoing("m2", b"two")])
+    _raw(adapter, "SCRIPT", "FLUSH")  # the script is unknown when it is asked for
+    answer = adapter.receive_later(queue, max_messages=5, lease=30.0)
+    assert answer is not None
+    got = answer()
+    assert [d.message_id for d in got] == ["m1", "m2"]
+    adapter.ack(got)
+    assert adapter.stats(queue).in_flight == 0
+
+
+def test_receive_later_whose_answer_was_lost_reports_a_transient_loss(
+    adapter: Adapter, queue: str
+) -> None:
+    adapter.publish(queue, [Outgoing("m1", b"one")])
+    answer = adapter.receive_later(queue, max_messages=1, lease=0.5)
+    assert answer is not None
+    ahead = adapter._ahead.connection()  # type: ignore[attr-defined]
+    ahead.disconnect()  # the connection breaks before the answer is read
+    with pytest.raises(TransientAdapterError):
+        answer()
+    # Redis leased it when asked: it comes back once the lease ran out, on a new connection.
+    deadline = time.monotonic() + 10
+    got: Sequence[Delivery] = []
+    while not got and time.monotonic() < deadline:
+        again = adapter.receive_later(queue, max_messages=1, lease=30.0)
+        assert again is not None
+        got = again()
+        time.sleep(0.05)
+    assert [(d.message_id, d.attempt) for d in got] == [("m1", 2)]
+    adapter.ack(got)
+
+
+def test_receive_later_asked_again_before_its_answer_was_read_stays_in_step(
+    adapter: Adapter, queue: str
+) -> None:
+    # The unread answer is read and dropped first: the second answer is its own.
+    adapter.publish(queue, [Outgoing("m1", b"one"), Outgoing("m2", b"two")])
+    assert adapter.receive_later(queue, max_messages=1, lease=30.0) is not None
+    second = adapter.receive_later(queue, max_messages=1, lease=30.0)
+    assert second is not None
+    got = second()
+    assert [d.message_id for d in got] == ["m2"]
+    adapter.ack(got)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,7 @@ from ackwise._spi import Delivery
 if TYPE_CHECKING:
     from ackwise._task import Task
 
-__all__ = ["Held", "WorkerCounters"]
+__all__ = ["Held", "Posted", "WorkerCounters"]
 
 
 @dataclass(slots=True)
@@ -34,6 +35,17 @@ class Held:
     acked: bool = False
     #: The idempotency key this execution holds in the store (``None``: no key).
     idem_key: str | None = None
+
+
+@dataclass(slots=True)
+class Posted:
+    """A receive asked for and not read yet (:meth:`Adapter.receive_later`): the messages it
+    may bring are held already, under leases that began when it was asked."""
+
+    answer: Callable[[], Sequence[Delivery]]
+    queue: str
+    asked: int
+    lease_until: float
 
 
 @dataclass

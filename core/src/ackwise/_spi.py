@@ -384,6 +384,19 @@ class Adapter(abc.ABC):
         may lose it.  Waits up to ``wait`` seconds when none is ready.
         """
 
+    def receive_later(
+        self, queue: str, *, max_messages: int, lease: float
+    ) -> Callable[[], Sequence[Delivery]] | None:
+        """Ask for up to ``max_messages`` ready messages without waiting for the answer.
+
+        Returns a function that reads the answer, as :meth:`receive` with ``wait=0`` would
+        have returned or raised it, or ``None`` when the adapter cannot (the default; the
+        worker calls :meth:`receive`).  The leases begin when this is called.  While the
+        broker works on the request, the caller goes on with what it holds; it calls the
+        function once, before it asks again, and may call other methods in between.
+        """
+        return None
+
     @abc.abstractmethod
     def ack(self, deliveries: Sequence[Delivery]) -> None:
         """Remove the messages for good.  Stale receipts: see :class:`StaleReceipt`."""

@@ -42,14 +42,14 @@ from ackwise._events import (
 )
 from ackwise._execution import FAILED, Job, Result
 from ackwise._executors import Completion, Executor, PreforkExecutor, ThreadExecutor
-from ackwise._held import Held, WorkerCounters
+from ackwise._held import Held, Posted, WorkerCounters
 from ackwise._intake import Intake
 from ackwise._pacing import Pacer
 from ackwise._policy import WorkerConfig, max_auto_prefetch
 from ackwise._results import ResultState, TaskResult
 from ackwise._semantics import Ack, Outcome
 from ackwise._settlement import Settler, whole_batches
-from ackwise._spi import Adapter, LeaseExtension
+from ackwise._spi import Adapter, Delivery, LeaseExtension
 from ackwise._tasklog import TaskLog
 from ackwise.errors import (
     AdapterError,
@@ -123,6 +123,9 @@ class Worker:
         )
         self._completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self._buffer: collections.deque[Held] = collections.deque()
+        #: A receive whose answer is read later (Adapter.receive_later), and its lease's end.
+        self._posted: Posted | None = None
+        self._can_post = type(self.adapter).receive_later is not Adapter.receive_later
         self._running: dict[int, Held] = {}
         self._stop_requested = 0  # 1: graceful, 2: cold
         self._stopped = threading.Event()
@@ -207,8 +210,10 @@ class Worker:
 
     @property
     def held(self) -> int:
-        """Deliveries held now: buffered plus running."""
-        return len(self._buffer) + len(self._running)
+        """Deliveries held now: buffered plus running, and asked for by a receive whose answer
+        is not read yet."""
+        posted = self._posted.asked if self._posted is not None else 0
+        return len(self._buffer) + len(self._running) + posted
 
     # -- main loop -------------------------------------------------------------------------
     def run(self) -> int:
@@ -304,6 +309,7 @@ class Worker:
                 # 1. stopping?
                 if self._stop_requested and grace_deadline is None:
                     grace_deadline = time.monotonic() + cfg.grace
+                    self._take_posted()  # what it brings goes back with the buffer
                     self.adapter.stop_receiving()
                     self._return_buffer()
                     self._return_waiting(executor)
@@ -312,7 +318,10 @@ class Worker:
                 ):
                     settler.flush()
                     return self._cold_stop(executor)
-                # 2. settle what finished
+                # 2. settle what finished; the next receive asked for first when that frees
+                # half the budget, so the broker looks while this thread settles
+                if self._can_post and self._posted is None and not self._stop_requested:
+                    self._ask_ahead()
                 self._drain_completions(block=0.0)
                 now = time.monotonic()
                 if grace_deadline is not None and not self._running:
@@ -343,9 +352,16 @@ class Worker:
                     at_once=not self._running or bool(self._stop_requested),
                     budget=self._budget,
                 )
-                # 5. fetch more
+                # 5. fetch more.  A receive asked for earlier is read once nothing else is
+                # left to do: no finished task to settle, nothing buffered to start.
                 received = 0
-                if not self._stop_requested:
+                asked = self._posted is not None
+                if asked and not self._buffer and self._completions.empty():
+                    received = self._take_posted()
+                    if received and self._buffer:
+                        self._start(executor)
+                # (an answer with nothing: ask again after the wait below, not at once)
+                if not self._stop_requested and not asked:
                     room = self._budget - self.held
                     if room > 0 and (not self._buffer or room * 2 >= self._budget):
                         idle = not self._running and not self._buffer
@@ -355,11 +371,14 @@ class Worker:
                             else 0.0
                         )
                         settler.before_receive()
-                        received = self._receive(whole_batches(room, self._batch), wait)
+                        received += self._receive(whole_batches(room, self._batch), wait)
                         if received and self._buffer:
                             self._start(executor)
-                # 6. wait for something to happen (an idle receive has waited already)
-                if not received and (self._running or self._buffer):
+                # 6. wait for something to happen (an idle receive has waited already; the
+                # answer of one asked for is read next turn, or what finished meanwhile first)
+                if self._posted is not None and not self._buffer:
+                    self._drain_completions(block=0.0)
+                elif not received and (self._running or self._buffer):
                     room = self._budget - self.held
                     # While slots are busy but there is room, look for new messages often.
                     timeout = 0.02 if room > 0 and not self._stop_requested else cfg.poll
@@ -376,6 +395,9 @@ class Worker:
                     timeout = min(timeout, max(0.0, min(deadlines) - time.monotonic()))
                     self._drain_completions(block=timeout)
             except TransientAdapterError as exc:
+                # The reconnect closes the connection of a receive asked for: its messages
+                # come back when their leases run out, as after a crash.
+                self._posted = None
                 failing_since = failing_since or time.monotonic()
                 self.events.emit(BrokerError(str(exc), transient=True))
                 if time.monotonic() - failing_since > cfg.broker_timeout:
@@ -439,17 +461,48 @@ class Worker:
             deliveries = self.adapter.receive(
                 q, max_messages=room - total, wait=per_queue_wait, lease=cfg.lease
             )
-            if deliveries and Fetched in self.events.heard:
-                self.events.emit(Fetched(q, [d.attempt for d in deliveries]))
-            for d in deliveries:
-                held = self.intake.accept(d)
-                if held is not None:
-                    held.lease_until = lease_until
-                    self._buffer.append(held)
+            self._accept(q, deliveries, lease_until)
             total += len(deliveries)
             if total >= room:
                 break
         return total
+
+    def _ask_ahead(self) -> None:
+        """While tasks run and nothing is buffered, ask the next queue for the room that the
+        finished ones (settled or about to be) leave, once that is half the budget; the
+        answer is read later (:meth:`Adapter.receive_later`)."""
+        if self._buffer or not self._running:
+            return
+        room = self._budget - self.held + self._completions.qsize()
+        if room * 2 < self._budget:
+            return
+        room = whole_batches(room, self._batch)
+        q = next(self._queue_cycle)
+        lease_until = time.monotonic() + self.config.lease if self._timed_leases else math.inf
+        answer = self.adapter.receive_later(q, max_messages=room, lease=self.config.lease)
+        if answer is None:
+            self._can_post = False
+            return
+        self._posted = Posted(answer, q, room, lease_until)
+
+    def _take_posted(self) -> int:
+        """Read the answer of the receive asked for earlier, if any; how many it brought."""
+        posted, self._posted = self._posted, None
+        if posted is None:
+            return 0
+        deliveries = posted.answer()
+        self._accept(posted.queue, deliveries, posted.lease_until)
+        return len(deliveries)
+
+    def _accept(self, q: str, deliveries: Sequence[Delivery], lease_until: float) -> None:
+        """Buffer what a receive brought (the intake settles what cannot run here)."""
+        if deliveries and Fetched in self.events.heard:
+            self.events.emit(Fetched(q, [d.attempt for d in deliveries]))
+        for d in deliveries:
+            held = self.intake.accept(d)
+            if held is not None:
+                held.lease_until = lease_until
+                self._buffer.append(held)
 
     def _start(self, executor: Executor) -> None:
         free = executor.free_slots()

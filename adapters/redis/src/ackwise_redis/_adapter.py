@@ -60,9 +60,10 @@ This module keeps declaring, producing, consuming and settling.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import redis.exceptions as rx
@@ -74,14 +75,14 @@ from ackwise import (
     Outgoing,
     QueueSpec,
 )
-from ackwise.errors import MessageTooLarge, StaleReceipt, TransientAdapterError
+from ackwise.errors import AdapterError, MessageTooLarge, StaleReceipt, TransientAdapterError
 from ackwise_redis._browse import _DEAD_LETTERS as _DEAD_LETTERS
 from ackwise_redis._browse import _DELETE_DEAD as _DELETE_DEAD
 from ackwise_redis._browse import _PURGE as _PURGE
 from ackwise_redis._browse import _REQUEUE_DEAD as _REQUEUE_DEAD
 from ackwise_redis._browse import _STATS as _STATS
 from ackwise_redis._browse import _Browsing
-from ackwise_redis._connection import load_script
+from ackwise_redis._connection import _LOST, load_script
 from ackwise_redis._keys import _KEY_TYPES as _KEY_TYPES
 from ackwise_redis._keys import _QUARANTINE as _QUARANTINE
 from ackwise_redis._keys import _is_wrong_storage, _QueueKeys
@@ -273,6 +274,50 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
                     reply = self._run(_RECEIVE, k, keys, args)
                 if reply[0]:
                     return self._deliveries(queue, reply)
+
+    def receive_later(
+        self, queue: str, *, max_messages: int, lease: float
+    ) -> Callable[[], Sequence[Delivery]]:
+        # The script goes out now on a connection of its own, and its reply is read when
+        # the worker asks for it: Redis runs the script while the worker runs its loop.
+        k = self.keys(queue)
+        keys = (k.ready, k.delayed, k.inflight, k.data, k.notify, k.urgent)
+        n = max(1, min(max_messages, RECEIVE_LIMIT))
+        args = (n, repr(float(lease)), self._token(), SWEEP_LIMIT)
+        unread, self._unread = self._unread, None
+        if unread is not None:  # asked again before reading: that answer's leases run out
+            with contextlib.suppress(AdapterError):
+                unread()
+        with self._errors():
+            conn = self._ahead_connection(k.ready)
+            try:
+                conn.send_command("EVALSHA", _RECEIVE.sha, len(keys), *keys, *args)
+            except _LOST:
+                conn.disconnect()  # a late reply must never answer the next command
+                raise
+
+        def answer() -> Sequence[Delivery]:
+            if self._unread is answer:
+                self._unread = None
+            with self._errors():
+                try:
+                    reply = conn.read_response()
+                except rx.ResponseError as exc:
+                    # The script did not run (it writes nothing before its checks).
+                    if isinstance(exc, rx.AskError):  # MOVED too: note where the slot is
+                        self._ahead.redirected(exc)
+                    elif not isinstance(exc, rx.NoScriptError):
+                        conn.disconnect()  # a demoted master, a wrong-typed key: start anew
+                    reply = None
+                except _LOST:
+                    conn.disconnect()
+                    raise
+            if reply is None:  # the one-call path loads the script, follows, sets aside
+                return self.receive(queue, max_messages=n, wait=0, lease=lease)
+            return self._deliveries(queue, reply)
+
+        self._unread = answer
+        return answer
 
     def _wait_then_receive(
         self, k: _Keys, timeout: float, keys: Sequence[bytes], args: Sequence[Any]

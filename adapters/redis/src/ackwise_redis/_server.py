@@ -12,12 +12,12 @@ import logging
 import os
 import select
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions as rx
 
-from ackwise import Adapter, BrokerURL
+from ackwise import Adapter, BrokerURL, Delivery
 from ackwise.errors import PermanentAdapterError
 from ackwise_redis._connection import Link, Script
 from ackwise_redis._url import RedisSettings, parse_redis_url
@@ -62,6 +62,12 @@ class _Server(Adapter):
         self.settings: RedisSettings = parse_redis_url(url)
         self._link = Link(self.settings, on_connect=self._check_server)
         self._last_used = 0.0
+        #: The connection(s) of receives whose answer is read later (``receive_later``): no
+        #: other command's reply can come before theirs.
+        self._ahead = Link(self.settings, on_connect=self._check_server)
+        self._ahead_used = 0.0
+        #: The answer of the last receive_later, until it is read.
+        self._unread: Callable[[], Sequence[Delivery]] | None = None
         self._keys: dict[str, _Keys] = {}
         self._queues_key = f"{{{self.settings.prefix}}}:queues".encode()
         self._token_prefix = ""
@@ -118,11 +124,24 @@ class _Server(Adapter):
 
     def close(self) -> None:
         self._link.close()
+        self._ahead.close()
+        self._unread = None
 
     def _connection(self, key: bytes | None = None) -> Any:
         """The connection that serves ``key`` (in a cluster: its slot's primary)."""
         self._ready(key)
         return self._link.connection(key)
+
+    def _ahead_connection(self, key: bytes) -> Any:
+        """The connection for a receive read later, checked as :meth:`_ready` checks."""
+        if not self._link.is_open:
+            self.open()
+        conn = self._ahead.connection(key)
+        now = time.monotonic()
+        idle, self._ahead_used = now - self._ahead_used, now
+        if idle > IDLE_CHECK:
+            self._check_idle_connection(conn, idle)
+        return conn
 
     def _ready(self, key: bytes | None) -> None:
         """Open the link if it is not, and check the connection of ``key`` if it sat idle."""

@@ -75,6 +75,51 @@ class ReceiveChecks(SPIBase):
             f"receive returned {received - published[0]:.3f}s after the publish"
         )
 
+    # -- receive_later (optional) -----------------------------------------------------------
+    def _later(
+        self, adapter: Adapter, queue: str, n: int, lease: float | None = None
+    ) -> Callable[[], Sequence[Delivery]]:
+        answer = adapter.receive_later(
+            queue, max_messages=n, lease=self.lease_s if lease is None else lease
+        )
+        if answer is None:
+            pytest.skip("n/a: the adapter has no receive_later (the worker calls receive)")
+        return answer
+
+    def test_receive_later_answers_as_receive_does_with_other_calls_in_between(
+        self, adapter: Adapter, queue: str
+    ) -> None:
+        adapter.publish(queue, [Outgoing(f"m{i}", b"x%d" % i) for i in range(3)])
+        answer = self._later(adapter, queue, 2)
+        adapter.publish(queue, [Outgoing("m3", b"x3")])  # calls before the answer is read
+        adapter.stats(queue)
+        got = self.track(adapter, answer())
+        assert _ids(got) == ["m0", "m1"]
+        assert [d.body for d in got] == [b"x0", b"x1"]
+        adapter.ack(got)
+        rest = self.take(adapter, queue, 2)
+        assert sorted(_ids(rest)) == ["m2", "m3"]
+        self.assert_stats(adapter, queue, ready=0, in_flight=2)
+
+    def test_receive_later_of_an_empty_queue_answers_nothing(
+        self, adapter: Adapter, queue: str
+    ) -> None:
+        answer = self._later(adapter, queue, 5)
+        assert not self.track(adapter, answer())
+
+    def test_a_receive_later_never_read_gives_its_messages_back_after_the_lease(
+        self, adapter: Adapter, other: Adapter, queue: str
+    ) -> None:
+        if self.connection_leases(adapter):
+            pytest.skip("n/a: leases last as long as the connection")
+        adapter.publish(queue, [Outgoing("m", b"x")])
+        self._later(adapter, queue, 1)  # leased when asked; the answer is never read
+        time.sleep(0.2 * self.scale)
+        self.assert_nothing_receivable(other, queue, 0.3 * self.lease_s, "leased when asked")
+        (again,) = self.take(other, queue, timeout=self.lease_s + self.patience)
+        assert again.message_id == "m"
+        self.assert_attempt(other, again, 2)
+
     # -- capability gates ------------------------------------------------------------------
     def test_delay_is_refused_without_native_delay(self, adapter: Adapter, queue: str) -> None:
         if self.capabilities_of(adapter).native_delay:
