@@ -5,6 +5,7 @@ adapters/redis/tests/test_redis_adapter.py."""
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -99,3 +100,26 @@ def _count_calls(obj: Any, name: str) -> list[int]:
 
     setattr(obj, name, counted)
     return calls
+
+
+def test_a_queue_that_runs_dry_is_not_asked_ahead_once_per_task(
+    redis_broker: BrokerHandle,
+) -> None:
+    # Asking ahead pays off while a queue holds more than a receive takes; for a trickle it
+    # would add a receive script call per task.
+    queue = f"ahead-{uuid.uuid4().hex[:8]}"
+    app = App("ahead", broker=redis_broker.url)
+
+    @app.task(queue=queue)
+    def nap() -> None:
+        time.sleep(0.005)
+
+    with run_worker(app, queues=[queue], concurrency=2) as w:
+        asked = _count_calls(w.worker.adapter, "receive_later")
+        for _ in range(20):
+            nap.delay()
+            time.sleep(0.02)
+        report = w.join(30)
+    assert len(report.succeeded) == 20
+    assert asked[0] == 0
+    app.close()

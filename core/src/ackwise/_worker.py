@@ -126,6 +126,8 @@ class Worker:
         #: A receive whose answer is read later (Adapter.receive_later), and its lease's end.
         self._posted: Posted | None = None
         self._can_post = type(self.adapter).receive_later is not Adapter.receive_later
+        #: The last receive brought all it asked for: more is likely waiting.
+        self._more_waiting = False
         self._running: dict[int, Held] = {}
         self._stop_requested = 0  # 1: graceful, 2: cold
         self._stopped = threading.Event()
@@ -465,13 +467,16 @@ class Worker:
             total += len(deliveries)
             if total >= room:
                 break
+        self._more_waiting = total >= room
         return total
 
     def _ask_ahead(self) -> None:
-        """While tasks run and nothing is buffered, ask the next queue for the room that the
-        finished ones (settled or about to be) leave, once that is half the budget; the
-        answer is read later (:meth:`Adapter.receive_later`)."""
-        if self._buffer or not self._running:
+        """While tasks run, nothing is buffered and the last receive brought all it asked for,
+        ask the next queue for the room that the finished ones (settled or about to be)
+        leave, once that is half the budget; the answer is read later
+        (:meth:`Adapter.receive_later`).  A queue that ran dry is asked as before: at the
+        pace of the loop's waits, not once per finished task."""
+        if self._buffer or not self._running or not self._more_waiting:
             return
         room = self._budget - self.held + self._completions.qsize()
         if room * 2 < self._budget:
@@ -492,6 +497,7 @@ class Worker:
             return 0
         deliveries = posted.answer()
         self._accept(posted.queue, deliveries, posted.lease_until)
+        self._more_waiting = len(deliveries) >= posted.asked
         return len(deliveries)
 
     def _accept(self, q: str, deliveries: Sequence[Delivery], lease_until: float) -> None:
