@@ -189,6 +189,33 @@ def test_the_drain_waits_for_the_journal_where_the_broker_totals_lag(tmp_path: P
         h.close()
 
 
+def test_the_drain_waits_through_transient_errors_of_its_own_reads(tmp_path: Path) -> None:
+    """After a failover the suite's reads can meet a queue whose new leader is still being
+    elected (RabbitMQ answers "nodedown", a transient error): the drain waits on, within its
+    patience, instead of failing the case (a RabbitMQ cluster failover run failed so)."""
+    from ackwise.errors import BrokerUnavailable
+
+    h = Harness(SimpleBroker(f"memory://{uuid.uuid4().hex}"), Ack.LATE, tmp_path / "case")
+    try:
+        h.publish(["a", "b", "c"])
+        h.worker()
+        listed = h.adapter.dead_letters
+        failures = [5]
+
+        def recovering(queue: str, *, limit: int = 100) -> Any:
+            if failures[0]:
+                failures[0] -= 1
+                raise BrokerUnavailable("nodedown (541)")
+            return listed(queue, limit=limit)
+
+        h.adapter.dead_letters = recovering  # type: ignore[method-assign]
+        h.drain(timeout=30.0)
+        assert failures == [0]
+        assert h.history().summary() == {"ok": 3}
+    finally:
+        h.close()
+
+
 def test_closing_waits_for_a_publish_declaring_the_queue(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
