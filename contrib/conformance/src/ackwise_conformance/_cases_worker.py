@@ -171,27 +171,32 @@ def c06(h: Harness) -> None:
     hist.expect_broker_settled(dead=0)
 
 
-def _pause_past_lease(h: Harness) -> tuple[Any, Any]:
-    """C07's first half: A runs the victim, is paused past its lease, B takes it over."""
+def _pause_past_lease(h: Harness) -> tuple[Any, Any, int]:
+    """C07's first half: A runs the victim, is paused past its lease, B takes it over.
+
+    Returns the workers and the attempt A runs: 1, unless A's loop was held up past the
+    lease before the task could start (a loaded host), in which case A declines that
+    delivery as stale and runs the next one.
+    """
     a = h.worker(pool="prefork", concurrency=1)
     h.publish(["victim"], {"gate": "victim"})
-    h.wait_for("start", key="victim", attempt=1)
+    n = int(h.wait_for("start", key="victim")[0]["attempt"])
     pause_outside_writes(h, a, 0.5, f"worker {a.index}")
     try:
         b = h.worker(pool="prefork", concurrency=1)  # B renews its own lease while it lives
         if is_early(h):
             h.quiet(h.lease * 2.5)
             expect(
-                not h.journal.records(ev="start", key="victim", attempt=2),
+                not h.journal.records(ev="start", key="victim", attempt=n + 1),
                 "EARLY: a paused worker's task must not run again",
             )
         else:
-            h.wait_for("start", key="victim", attempt=2)
-            h.open_gate("victim-1")  # A's execution may finish now, B's may not
-            h.wait_for("end", key="victim", attempt=1)
+            h.wait_for("start", key="victim", attempt=n + 1)
+            h.open_gate(f"victim-{n}")  # A's execution may finish now, B's may not
+            h.wait_for("end", key="victim", attempt=n)
     finally:
         a.signal(signal.SIGCONT)
-    return a, b
+    return a, b, n
 
 
 def _expect_stale_ack_refused(h: Harness, a: Any) -> None:
@@ -220,7 +225,7 @@ def _expect_stale_ack_refused(h: Harness, a: Any) -> None:
 @scenario("C07", "pause past the lease (SIGSTOP, then SIGCONT)", cost=20)
 def c07(h: Harness) -> None:
     h.require_processes()
-    a, b = _pause_past_lease(h)
+    a, b, n = _pause_past_lease(h)
     if is_early(h):
         h.open_gate("victim")
         h.wait_for("end", key="victim")
@@ -230,8 +235,8 @@ def c07(h: Harness) -> None:
         hist.expect_broker_settled(dead=0)
         return
     _expect_stale_ack_refused(h, a)
-    h.open_gate("victim-2")
-    h.wait_for("end", key="victim", attempt=2)
+    h.open_gate(f"victim-{n + 1}")
+    h.wait_for("end", key="victim", attempt=n + 1)
     h.drain()
     h.quiet(h.t(0.25))  # B's late ack goes a moment after its task ended
     expect(
@@ -252,12 +257,12 @@ def c07(h: Harness) -> None:
 )
 def c08(h: Harness) -> None:
     h.require_processes()
-    a, b = _pause_past_lease(h)
+    a, b, n = _pause_past_lease(h)
     _expect_stale_ack_refused(h, a)
     b.kill()  # the second worker dies mid-task: the message must come a third time
-    h.open_gate("victim-3")
+    h.open_gate(f"victim-{n + 2}")
     h.worker(pool="threads", concurrency=1)
-    h.wait_for("end", key="victim", attempt=3)
+    h.wait_for("end", key="victim", attempt=n + 2)
     h.drain()
     hist = h.history()
     hist.expect_completed(["victim"], max_dup=1)
