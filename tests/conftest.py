@@ -58,3 +58,16 @@ def pg_schema_url() -> Iterator[str]:
 def pg_module_schema() -> Iterator[tuple[str, str]]:
     """A schema of this test module's own: ``(url seeing it first, schema name)``."""
     yield from _pg_schema("m")
+
+
+@pytest.fixture(scope="module")
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A redis-server of this test module's own, on a free port (no persistence)."""
+    from ackwise_conformance.brokers import BrokerUnavailable, missing_broker, provide
+
+    try:
+        handle = provide("redis", tmp_dir=tmp_path_factory.mktemp("redis"), durable=False)
+    except BrokerUnavailable as exc:
+        missing_broker(exc.reason)
+    yield handle
+    handle.stop()

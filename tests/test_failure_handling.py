@@ -331,23 +331,11 @@ def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
     )
 
 
-@pytest.fixture(scope="module")
-def redis_for_dlq(tmp_path_factory):
-    from ackwise_conformance.brokers import BrokerUnavailable, missing_broker, provide
-
-    try:
-        handle = provide("redis", tmp_dir=tmp_path_factory.mktemp("redis"), durable=False)
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
-    yield handle
-    handle.stop()
-
-
 @pytest.fixture(params=["sqlite", "redis"])
 def dead_sqlite(request, tmp_path):
     """A broker (sqlite, redis) with four dead letters of two tasks and two reasons."""
     if request.param == "redis":
-        base = request.getfixturevalue("redis_for_dlq").url
+        base = request.getfixturevalue("private_redis").url
         url = f"{base}{'&' if '?' in base else '?'}prefix=dlq{uuid.uuid4().hex[:8]}"
     else:
         url = f"sqlite:///{tmp_path / 'b.db'}"

@@ -27,22 +27,10 @@ def _pg_up() -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def redis_broker(tmp_path_factory):
-    from ackwise_conformance.brokers import BrokerUnavailable, provide
-
-    try:
-        handle = provide("redis", tmp_dir=tmp_path_factory.mktemp("redis"), durable=False)
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
-    yield handle
-    handle.stop()
-
-
 @pytest.fixture(params=["memory", "sqlite", "postgresql", "redis"])
 def store(request, tmp_path):
     if request.param == "redis":
-        url = request.getfixturevalue("redis_broker").url
+        url = request.getfixturevalue("private_redis").url
     elif request.param == "memory":
         url = f"memory://{uuid.uuid4().hex}"
     elif request.param == "sqlite":

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,26 +14,16 @@ import pytest
 from ackwise import App, Worker, WorkerConfig
 from ackwise._held import Posted
 from ackwise.testing import run_worker
-from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
-
-
-@pytest.fixture(scope="module")
-def redis_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
-    try:
-        handle = provide("redis", tmp_dir=tmp_path_factory.mktemp("redis"), durable=False)
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
-    yield handle
-    handle.stop()
+from ackwise_conformance.brokers import BrokerHandle
 
 
 def test_a_graceful_stop_gives_back_what_a_receive_asked_for_at_once(
-    redis_broker: BrokerHandle,
+    private_redis: BrokerHandle,
 ) -> None:
     # What a receive asked for and not read yet is leased to this worker: a graceful stop
     # reads it and returns it with the buffer, instead of leaving it to its lease (30 s).
     queue = f"ahead-{uuid.uuid4().hex[:8]}"
-    app = App("ahead", broker=redis_broker.url)
+    app = App("ahead", broker=private_redis.url)
 
     @app.task(queue=queue)
     def noop() -> None:
@@ -65,10 +54,10 @@ def test_a_graceful_stop_gives_back_what_a_receive_asked_for_at_once(
 
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_a_drain_that_asks_ahead_runs_every_task_once_and_settles_all(
-    redis_broker: BrokerHandle, concurrency: int
+    private_redis: BrokerHandle, concurrency: int
 ) -> None:
     queue = f"ahead-{uuid.uuid4().hex[:8]}"
-    app = App("ahead", broker=redis_broker.url)
+    app = App("ahead", broker=private_redis.url)
     runs: dict[int, int] = {}
 
     @app.task(queue=queue)
@@ -103,12 +92,12 @@ def _count_calls(obj: Any, name: str) -> list[int]:
 
 
 def test_a_queue_that_runs_dry_is_not_asked_ahead_once_per_task(
-    redis_broker: BrokerHandle,
+    private_redis: BrokerHandle,
 ) -> None:
     # Asking ahead pays off while a queue holds more than a receive takes; for a trickle it
     # would add a receive script call per task.
     queue = f"ahead-{uuid.uuid4().hex[:8]}"
-    app = App("ahead", broker=redis_broker.url)
+    app = App("ahead", broker=private_redis.url)
 
     @app.task(queue=queue)
     def nap() -> None:
