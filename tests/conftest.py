@@ -63,11 +63,10 @@ def pg_module_schema() -> Iterator[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A redis-server of this test module's own, on a free port (no persistence)."""
-    from ackwise_conformance.brokers import BrokerUnavailable, missing_broker, provide
+    from ackwise_conformance.brokers import (
+        provide_or_skip,
+    )
 
-    try:
-        handle = provide("redis", tmp_dir=tmp_path_factory.mktemp("redis"), durable=False)
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
+    handle = provide_or_skip("redis", tmp_dir=tmp_path_factory.mktemp("redis"), durable=False)
     yield handle
     handle.stop()

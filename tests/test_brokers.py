@@ -27,6 +27,7 @@ from ackwise_conformance.brokers import (
     free_port,
     missing_broker,
     provide,
+    provide_or_skip,
 )
 from ackwise_conformance.helpers import eventually
 
@@ -45,10 +46,7 @@ def started(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     handles: list[BrokerHandle] = []
 
     def start(name: str, **options: Any) -> BrokerHandle:
-        try:
-            handle = provide(name, tmp_dir=tmp_path, **options)
-        except BrokerUnavailable as exc:
-            missing_broker(exc.reason)
+        handle = provide_or_skip(name, tmp_dir=tmp_path, **options)
         handles.append(handle)
         return handle
 

@@ -25,7 +25,7 @@ from ackwise._cli import build_parser
 from ackwise._cli_common import shows_default
 from ackwise._watch import render
 from ackwise.cli import main as cli_main
-from ackwise_conformance.brokers import BrokerUnavailable, missing_broker, provide
+from ackwise_conformance.brokers import provide_or_skip
 
 HERE = Path(__file__).parent
 
@@ -402,10 +402,7 @@ def sqs_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     ):
         if name not in os.environ:
             monkeypatch.setenv(name, value)
-    try:
-        handle = provide("sqs", tmp_dir=tmp_path / "sqs")
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
+    handle = provide_or_skip("sqs", tmp_dir=tmp_path / "sqs")
     sep = "&" if "?" in handle.url else "?"
     yield f"{handle.url}{sep}prefix=t{uuid.uuid4().hex[:10]}-"
     handle.stop()

@@ -25,7 +25,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+from ackwise_conformance.brokers import (
+    BrokerHandle,
+    provide_or_skip,
+)
 from ackwise_conformance.helpers import eventually
 
 pytestmark = pytest.mark.slow
@@ -111,10 +114,7 @@ def target(
         ("AWS_DEFAULT_REGION", "us-east-1"),
     ):
         os.environ.setdefault(var, value)
-    try:
-        handle = provide(name, tmp_dir=tmp_path_factory.mktemp(name), durable=False)
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
+    handle = provide_or_skip(name, tmp_dir=tmp_path_factory.mktemp(name), durable=False)
     yield Target(handle, LEFTOVERS[name](handle), GREEN[name])
     handle.stop()
 

@@ -22,8 +22,7 @@ def test_a_graceful_stop_gives_back_what_a_receive_asked_for_at_once(
 ) -> None:
     # What a receive asked for and not read yet is leased to this worker: a graceful stop
     # reads it and returns it with the buffer, instead of leaving it to its lease (30 s).
-    queue = f"ahead-{uuid.uuid4().hex[:8]}"
-    app = App("ahead", broker=private_redis.url)
+    app, queue = _app(private_redis)
 
     @app.task(queue=queue)
     def noop() -> None:
@@ -56,8 +55,7 @@ def test_a_graceful_stop_gives_back_what_a_receive_asked_for_at_once(
 def test_a_drain_that_asks_ahead_runs_every_task_once_and_settles_all(
     private_redis: BrokerHandle, concurrency: int
 ) -> None:
-    queue = f"ahead-{uuid.uuid4().hex[:8]}"
-    app = App("ahead", broker=private_redis.url)
+    app, queue = _app(private_redis)
     runs: dict[int, int] = {}
 
     @app.task(queue=queue)
@@ -78,6 +76,11 @@ def test_a_drain_that_asks_ahead_runs_every_task_once_and_settles_all(
     app.close()
 
 
+def _app(broker: BrokerHandle) -> tuple[App, str]:
+    """An app on ``broker`` and a queue of this test's own."""
+    return App("ahead", broker=broker.url), f"ahead-{uuid.uuid4().hex[:8]}"
+
+
 def _count_calls(obj: Any, name: str) -> list[int]:
     """Count the calls of ``obj.name`` from now on (the method still runs)."""
     calls = [0]
@@ -96,8 +99,7 @@ def test_a_queue_that_runs_dry_is_not_asked_ahead_once_per_task(
 ) -> None:
     # Asking ahead pays off while a queue holds more than a receive takes; for a trickle it
     # would add a receive script call per task.
-    queue = f"ahead-{uuid.uuid4().hex[:8]}"
-    app = App("ahead", broker=private_redis.url)
+    app, queue = _app(private_redis)
 
     @app.task(queue=queue)
     def nap() -> None:

@@ -13,15 +13,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+from ackwise_conformance.brokers import (
+    BrokerHandle,
+    provide_or_skip,
+)
 
 
 @pytest.fixture(scope="session")
 def nats_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
-    try:
-        handle = provide("nats", tmp_dir=tmp_path_factory.mktemp("nats"), durable=True)
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
+    handle = provide_or_skip("nats", tmp_dir=tmp_path_factory.mktemp("nats"), durable=True)
     yield handle
     handle.stop()
 

@@ -15,15 +15,17 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+from ackwise_conformance.brokers import (
+    BrokerHandle,
+    provide_or_skip,
+)
 
 
 @pytest.fixture(scope="session")
 def postgresql_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
-    try:
-        handle = provide("postgresql", tmp_dir=tmp_path_factory.mktemp("postgresql"), durable=True)
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
+    handle = provide_or_skip(
+        "postgresql", tmp_dir=tmp_path_factory.mktemp("postgresql"), durable=True
+    )
     yield handle
     handle.stop()
 

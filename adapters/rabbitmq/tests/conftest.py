@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+from ackwise_conformance.brokers import (
+    BrokerHandle,
+    provide_or_skip,
+)
 from ackwise_conformance.harness import WithOptions, with_options
 
 
 @pytest.fixture(scope="session")
 def rabbitmq_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
-    try:
-        handle = provide("rabbitmq", tmp_dir=tmp_path_factory.mktemp("rabbitmq"), durable=True)
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
+    handle = provide_or_skip("rabbitmq", tmp_dir=tmp_path_factory.mktemp("rabbitmq"), durable=True)
     yield handle
     handle.stop()
 

@@ -14,7 +14,10 @@ import pytest
 from ackwise import App, Outgoing, QueueSpec, open_adapter
 from ackwise.errors import PermanentAdapterError, QueueNotFound, StaleReceipt, TransientAdapterError
 from ackwise.testing import InProcessWorker, run_worker
-from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+from ackwise_conformance.brokers import (
+    BrokerHandle,
+    provide_or_skip,
+)
 from ackwise_conformance.harness import with_options
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.proxy import FaultProxy
@@ -42,15 +45,12 @@ def short_timeout_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
 
     if os.environ.get("ACKWISE_TEST_RABBITMQ_URL"):
         pytest.skip("ACKWISE_TEST_RABBITMQ_URL is set: this test needs a node of its own")
-    try:
-        handle = provide(
-            "rabbitmq",
-            tmp_dir=tmp_path_factory.mktemp("rabbitmq-timeout"),
-            durable=True,
-            rabbitmq_conf=f"consumer_timeout = {int(CONSUMER_TIMEOUT * 1000)}",
-        )
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
+    handle = provide_or_skip(
+        "rabbitmq",
+        tmp_dir=tmp_path_factory.mktemp("rabbitmq-timeout"),
+        durable=True,
+        rabbitmq_conf=f"consumer_timeout = {int(CONSUMER_TIMEOUT * 1000)}",
+    )
     yield handle
     handle.stop()
 

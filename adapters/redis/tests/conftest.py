@@ -20,16 +20,17 @@ from pathlib import Path
 import pytest
 from redis_topologies import LocalCluster, LocalSentinels, TopologyUnavailable
 
-from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+from ackwise_conformance.brokers import (
+    BrokerHandle,
+    missing_broker,
+    provide_or_skip,
+)
 from ackwise_conformance.helpers import eventually
 
 
 @pytest.fixture(scope="session")
 def redis_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
-    try:
-        handle = provide("redis", tmp_dir=tmp_path_factory.mktemp("redis"), durable=True)
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
+    handle = provide_or_skip("redis", tmp_dir=tmp_path_factory.mktemp("redis"), durable=True)
     yield handle
     handle.stop()
 
@@ -46,10 +47,7 @@ def own_redis(tmp_path: Path) -> Iterator[BrokerHandle]:
     """A redis-server of this test alone (the test changes its configuration)."""
     if os.environ.get("ACKWISE_TEST_REDIS_URL"):
         pytest.skip("ACKWISE_TEST_REDIS_URL is set: this test needs a redis-server of its own")
-    try:
-        handle = provide("redis", tmp_dir=tmp_path, durable=False)
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
+    handle = provide_or_skip("redis", tmp_dir=tmp_path, durable=False)
     yield handle
     handle.stop()
 

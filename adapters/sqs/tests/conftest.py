@@ -15,7 +15,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from ackwise_conformance.brokers import BrokerHandle, BrokerUnavailable, missing_broker, provide
+from ackwise_conformance.brokers import (
+    BrokerHandle,
+    provide_or_skip,
+)
 
 for _name, _value in (
     ("AWS_ACCESS_KEY_ID", "testing"),
@@ -27,10 +30,7 @@ for _name, _value in (
 
 @pytest.fixture(scope="session")
 def sqs_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
-    try:
-        handle = provide("sqs", tmp_dir=tmp_path_factory.mktemp("sqs"))
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
+    handle = provide_or_skip("sqs", tmp_dir=tmp_path_factory.mktemp("sqs"))
     yield handle
     handle.stop()
 

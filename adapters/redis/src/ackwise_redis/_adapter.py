@@ -286,8 +286,8 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         args = (n, repr(float(lease)), self._token(), SWEEP_LIMIT)
         unread, self._unread = self._unread, None
         if unread is not None:  # asked again before reading: that answer's leases run out
-            with contextlib.suppress(AdapterError):
-                unread()
+            with contextlib.suppress(AdapterError), self._errors():
+                unread.reply()
         with self._errors():
             conn = self._ahead_connection(k.ready)
             try:
@@ -295,29 +295,8 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
             except _LOST:
                 conn.disconnect()  # a late reply must never answer the next command
                 raise
-
-        def answer() -> Sequence[Delivery]:
-            if self._unread is answer:
-                self._unread = None
-            with self._errors():
-                try:
-                    reply = conn.read_response()
-                except rx.ResponseError as exc:
-                    # The script did not run (it writes nothing before its checks).
-                    if isinstance(exc, rx.AskError):  # MOVED too: note where the slot is
-                        self._ahead.redirected(exc)
-                    elif not isinstance(exc, rx.NoScriptError):
-                        conn.disconnect()  # a demoted master, a wrong-typed key: start anew
-                    reply = None
-                except _LOST:
-                    conn.disconnect()
-                    raise
-            if reply is None:  # the one-call path loads the script, follows, sets aside
-                return self.receive(queue, max_messages=n, wait=0, lease=lease)
-            return self._deliveries(queue, reply)
-
-        self._unread = answer
-        return answer
+        asked = self._unread = _Asked(self, conn, queue, n, lease)
+        return asked
 
     def _wait_then_receive(
         self, k: _Keys, timeout: float, keys: Sequence[bytes], args: Sequence[Any]
@@ -473,3 +452,48 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
             )
         if not done:
             raise StaleReceipt([delivery], "dead_letter")
+
+
+class _Asked:
+    """A receive script that :meth:`RedisAdapter.receive_later` sent: its reply, read once."""
+
+    __slots__ = ("_adapter", "_conn", "_lease", "_n", "_queue", "_read")
+
+    def __init__(self, adapter: RedisAdapter, conn: Any, queue: str, n: int, lease: float) -> None:
+        self._adapter, self._conn, self._queue, self._n, self._lease = (
+            adapter,
+            conn,
+            queue,
+            n,
+            lease,
+        )
+        self._read = False
+
+    def __call__(self) -> Sequence[Delivery]:
+        adapter = self._adapter
+        if adapter._unread is self:
+            adapter._unread = None
+        if self._read:
+            return []  # read and dropped when the adapter was asked again first
+        with adapter._errors():
+            reply = self.reply()
+        if reply is None:  # the one-call path loads the script, follows, sets aside
+            return adapter.receive(self._queue, max_messages=self._n, wait=0, lease=self._lease)
+        return adapter._deliveries(self._queue, reply)
+
+    def reply(self) -> Any:
+        """The script's reply (redis-py errors), or None when the script did not run: it
+        writes nothing before its checks (NOSCRIPT, a cluster redirection, a wrong-typed key)."""
+        self._read = True
+        conn = self._conn
+        try:
+            return conn.read_response()
+        except rx.ResponseError as exc:
+            if isinstance(exc, rx.AskError):  # MOVED too: note where the slot is
+                self._adapter._ahead.redirected(exc)
+            elif not isinstance(exc, rx.NoScriptError):
+                conn.disconnect()  # a demoted master, a wrong-typed key: start anew
+            return None
+        except _LOST:
+            conn.disconnect()
+            raise

@@ -78,6 +78,8 @@ class Link:
         self.timeout: float | None = None
         self._on_connect = on_connect
         self._conns: dict[Address, Any] = {}  # redis-py Connections, by node
+        #: ``time.monotonic()`` of its last use (the adapter checks a connection that idled).
+        self.last_used = 0.0
         self._generation = -1
         self._master: Address | None = None  # sentinel: the master last named
         self._slots: list[Address | None] = []  # cluster: the primary of each slot

@@ -12,12 +12,12 @@ import logging
 import os
 import select
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions as rx
 
-from ackwise import Adapter, BrokerURL, Delivery
+from ackwise import Adapter, BrokerURL
 from ackwise.errors import PermanentAdapterError
 from ackwise_redis._connection import Link, Script
 from ackwise_redis._url import RedisSettings, parse_redis_url
@@ -61,13 +61,11 @@ class _Server(Adapter):
         super().__init__(url)
         self.settings: RedisSettings = parse_redis_url(url)
         self._link = Link(self.settings, on_connect=self._check_server)
-        self._last_used = 0.0
         #: The connection(s) of receives whose answer is read later (``receive_later``): no
         #: other command's reply can come before theirs.
         self._ahead = Link(self.settings, on_connect=self._check_server)
-        self._ahead_used = 0.0
-        #: The answer of the last receive_later, until it is read.
-        self._unread: Callable[[], Sequence[Delivery]] | None = None
+        #: The last receive_later's reply, until it is read (``_adapter._Asked``).
+        self._unread: Any = None
         self._keys: dict[str, _Keys] = {}
         self._queues_key = f"{{{self.settings.prefix}}}:queues".encode()
         self._token_prefix = ""
@@ -81,7 +79,7 @@ class _Server(Adapter):
         if self._link.is_open:
             return
         self._link.connection()
-        self._last_used = time.monotonic()
+        self._link.last_used = time.monotonic()
         self._token_prefix = os.urandom(5).hex() + "."
         self._tokens = itertools.count(1)
 
@@ -133,25 +131,20 @@ class _Server(Adapter):
         return self._link.connection(key)
 
     def _ahead_connection(self, key: bytes) -> Any:
-        """The connection for a receive read later, checked as :meth:`_ready` checks."""
-        if not self._link.is_open:
-            self.open()
-        conn = self._ahead.connection(key)
-        now = time.monotonic()
-        idle, self._ahead_used = now - self._ahead_used, now
-        if idle > IDLE_CHECK:
-            self._check_idle_connection(conn, idle)
-        return conn
+        """The connection for a receive read later (checked as :meth:`_ready` checks)."""
+        self._ready(key, self._ahead)
+        return self._ahead.connection(key)
 
-    def _ready(self, key: bytes | None) -> None:
-        """Open the link if it is not, and check the connection of ``key`` if it sat idle."""
+    def _ready(self, key: bytes | None, link: Link | None = None) -> None:
+        """Open the adapter if it is not, and check the connection of ``key`` on ``link``
+        (default: the main one) if it sat idle."""
         if not self._link.is_open:
             self.open()
+        link = link or self._link
         now = time.monotonic()
-        idle = now - self._last_used
-        self._last_used = now
+        idle, link.last_used = now - link.last_used, now
         if idle > IDLE_CHECK:
-            self._check_idle_connection(self._link.connection(key), idle)
+            self._check_idle_connection(link.connection(key), idle)
 
     def _check_idle_connection(self, conn: Any, idle: float) -> None:
         """Drop a connection that died while idle, before a command is sent on it.

@@ -12,13 +12,10 @@
 name of a provisioner an adapter package registers under the entry-point group
 ``ackwise.conformance.provisioners`` (:mod:`ackwise_conformance.provisioning`): the Redis,
 RabbitMQ and SQS adapters of this repository each register theirs.  A broker that cannot be
-had raises :class:`BrokerUnavailable` naming why; a test turns that into
+had raises :class:`BrokerUnavailable` naming why; :func:`provide_or_skip` turns that into
 :func:`missing_broker`: a skip with the reason on a laptop, a failure under ``CI=true``::
 
-    try:
-        broker = provide("redis", tmp_dir=tmp_path)
-    except BrokerUnavailable as exc:
-        missing_broker(exc.reason)
+    broker = provide_or_skip("redis", tmp_dir=tmp_path)
     request.addfinalizer(broker.stop)
 
 Servers the suite starts run in their own process group, on ports outside the kernel's
@@ -231,6 +228,17 @@ def provide(
     except BrokerUnavailable as exc:
         reasons.append(exc.reason)
     raise BrokerUnavailable(f"no {name} broker: set {env_name}, or " + "; ".join(reasons)) from None
+
+
+def provide_or_skip(
+    name: str, *, tmp_dir: Path, durable: bool = True, rabbitmq_conf: str = ""
+) -> BrokerHandle:
+    """:func:`provide` for a test: a broker that cannot be had skips it, or fails it under
+    ``CI=true`` (:func:`missing_broker`)."""
+    try:
+        return provide(name, tmp_dir=tmp_dir, durable=durable, rabbitmq_conf=rabbitmq_conf)
+    except BrokerUnavailable as exc:
+        missing_broker(exc.reason)
 
 
 # -- explicit URLs -----------------------------------------------------------------------------
