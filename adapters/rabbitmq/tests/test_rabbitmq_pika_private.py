@@ -190,3 +190,118 @@ def test_a_cancelled_consumer_still_gets_what_was_in_transit(
     _deliver(channel, "pikas")
     assert got == [7]
     assert sent[-1] == ("reject", 7)
+
+
+class _Socket:
+    """A non-blocking socket's ``send`` and ``recv``: takes up to ``room`` bytes a send (0:
+    would block); ``recv`` hands out ``incoming`` chunk by chunk, then would block."""
+
+    def __init__(self, room: int = 1 << 20, incoming: list[bytes] | None = None) -> None:
+        self.room = room
+        self.sent: list[bytes] = []
+        self.incoming = collections.deque(incoming or [])
+        self.recvs = 0
+
+    def send(self, data: bytes) -> int:
+        if not self.room:
+            raise BlockingIOError
+        self.sent.append(bytes(data[: self.room]))
+        return min(self.room, len(data))
+
+    def recv(self, size: int) -> bytes:
+        self.recvs += 1
+        if not self.incoming:
+            raise BlockingIOError
+        chunk = self.incoming.popleft()
+        assert len(chunk) <= size
+        return chunk
+
+    def fileno(self) -> int:
+        return -1
+
+
+def _transport(impl: Any, sock: _Socket) -> Any:
+    """A plaintext transport of ``impl``, active, on ``sock``, with pika's write and loop."""
+    transport = object.__new__(_AsyncPlaintextTransport)
+    transport._sock = sock
+    transport._state = transport._STATE_ACTIVE
+    transport._tx_buffers = collections.deque()
+    transport._tx_buffered_byte_count = 0
+    transport._protocol = impl
+    watched: list[int] = []  # what pika's write asked the loop to watch for writability
+    transport._nbio = SimpleNamespace(set_writer=lambda fd, _cb: watched.append(fd))
+    transport.watched = watched
+    impl._transport = transport
+    return transport
+
+
+@pytest.mark.parametrize("queued_before", [False, True])
+def test_frames_go_out_at_once_unless_something_is_queued_before_them(
+    impl: Any, channel: Any, queued_before: bool
+) -> None:
+    assert _names(_AsyncPlaintextTransport.write) == ["self", "data"]
+    transport = _transport(impl, _Socket())
+    if queued_before:
+        transport.write(b"ack")
+    impl.bytes_sent = 0
+    _pika_private.send_frames(_wrapping(channel), b"frames")
+    assert impl.bytes_sent == 6
+    if queued_before:  # behind what is queued, in order: pika's loop sends them
+        assert transport._sock.sent == []
+        assert list(transport._tx_buffers) == [b"ack", b"frames"]
+    else:
+        assert transport._sock.sent == [b"frames"]
+        assert not transport._tx_buffers and transport.watched == []
+
+
+@pytest.mark.parametrize("room", [0, 2], ids=["would block", "partial send"])
+def test_what_the_socket_does_not_take_is_queued_for_the_loop(
+    impl: Any, channel: Any, room: int
+) -> None:
+    transport = _transport(impl, _Socket(room))
+    _pika_private.send_frames(_wrapping(channel), b"frames")
+    assert b"".join(transport._sock.sent) == b"frames"[:room]
+    assert list(transport._tx_buffers) == [b"frames"[room:]]
+    assert transport.watched == [-1]  # pika watches for writability to send the rest
+
+
+def test_frames_on_a_closed_channel_are_refused_as_pika_refuses_a_publish(
+    impl: Any, channel: Any
+) -> None:
+    transport = _transport(impl, _Socket())
+    channel._state = channel.CLOSED
+    with pytest.raises(pika.exceptions.ChannelWrongStateError):
+        _pika_private.send_frames(_wrapping(channel), b"frames")
+    assert transport._sock.sent == [] and not transport._tx_buffers
+
+
+def test_the_largest_body_frame_is_the_connections(impl: Any, channel: Any) -> None:
+    impl._body_max_length = 4088
+    assert _pika_private.body_max(_wrapping(channel)) == 4088
+
+
+@pytest.mark.parametrize(
+    ("incoming", "recvs"),
+    [([b"short"], 1), ([b"x" * 4096, b"short"], 2), ([b"x" * 4096], 2)],
+    ids=["short read: stop", "full read: read again", "full read, then would block"],
+)
+def test_reading_stops_at_a_short_read(impl: Any, incoming: list[bytes], recvs: int) -> None:
+    assert _AsyncPlaintextTransport._MAX_RECV_BYTES == 4096
+    transport = _transport(impl, _Socket(incoming=incoming))
+    received: list[bytes] = []
+    transport._protocol = SimpleNamespace(data_received=received.append)
+    _pika_private.stop_reading_at_a_short_read(_wrapping(impl))
+    if recvs > len(incoming):
+        with pytest.raises(BlockingIOError):  # as pika's loop ends: its caller takes it
+            transport._consume()
+    else:
+        transport._consume()
+    assert received == incoming
+    assert transport._sock.recvs == recvs
+
+
+def test_the_end_of_the_stream_is_reported_as_pika_reports_it(impl: Any) -> None:
+    transport = _transport(impl, _Socket(incoming=[b""]))
+    _pika_private.stop_reading_at_a_short_read(_wrapping(impl))
+    with pytest.raises(_AsyncPlaintextTransport.RxEndOfFile):
+        transport._consume()

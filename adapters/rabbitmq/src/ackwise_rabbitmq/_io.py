@@ -174,6 +174,7 @@ class _IOThread(Adapter):
             conn = BlockingConnection(self.settings.connection_parameters())
             _pika_private.read_frames_with(conn, _read_frame)
             _pika_private.coalesce_writes(conn)
+            _pika_private.stop_reading_at_a_short_read(conn)
             consume = conn.channel()
             publish = conn.channel()
             self._watch_publishing(publish)

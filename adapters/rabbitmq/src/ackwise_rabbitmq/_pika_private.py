@@ -18,6 +18,13 @@ What ``BlockingConnection`` and ``BlockingChannel`` do not offer, and why the ad
 * the plaintext transport's send loop (``_AsyncPlaintextTransport._produce`` over
   ``_tx_buffers``): it sends each queued frame with a system call of its own (three for one
   message); the adapter joins what is queued into one send (see :func:`coalesce_writes`);
+* the plaintext transport's socket and state (``_sock``, ``_state``), the connection's byte
+  and frame counts and largest body frame (``_body_max_length``): a publish the adapter
+  encoded (:mod:`~ackwise_rabbitmq._frames`) is sent at once when nothing is queued before
+  it (see :func:`send_frames`);
+* the plaintext transport's read loop (``_AsyncPlaintextTransport._consume``): it reads until
+  the socket has nothing more, which costs every wake-up a second ``recv`` that fails; the
+  adapter stops at a short read (see :func:`stop_reading_at_a_short_read`);
 * the blocking objects' I/O wait (``BlockingConnection._flush_output``,
   ``BlockingChannel._flush_output``, ``BlockingChannel._basic_consume_ok_result``);
 * timers inside that wait (the connection impl's ``_adapter_call_later`` and
@@ -37,6 +44,7 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 from pika.adapters.utils.io_services_utils import _AsyncPlaintextTransport
 
 __all__ = [
+    "body_max",
     "cancel_keeping_in_transit",
     "coalesce_writes",
     "consume",
@@ -45,8 +53,9 @@ __all__ = [
     "on_channel_close",
     "read_frames_with",
     "send_ack",
-    "send_publish",
+    "send_frames",
     "send_reject",
+    "stop_reading_at_a_short_read",
     "watch_publishing",
 ]
 
@@ -117,6 +126,37 @@ def coalesce_writes(conn: BlockingConnection) -> None:
     transport._produce = produce_joined
 
 
+def stop_reading_at_a_short_read(conn: BlockingConnection) -> None:
+    """Have ``conn``'s transport return to the I/O loop once a ``recv`` brought less than it
+    asked for (the socket held no more then), rather than read again until ``recv`` fails with
+    EAGAIN (pika's loop: one more system call, and an exception caught and logged, at every
+    wake-up).  The loop's poll is level-triggered: bytes that arrive later wake it again.
+    Plaintext connections only (a TLS socket may hold decrypted bytes the poll does not see).
+    """
+    transport = conn._impl._transport
+    if type(transport) is not _AsyncPlaintextTransport:
+        return
+    active = transport._STATE_ACTIVE
+    size = transport._MAX_RECV_BYTES
+    limit = transport._MAX_CONSUME_BYTES
+    recv = transport._sigint_safe_recv
+    sock = transport._sock
+    protocol = transport._protocol
+
+    def consume() -> None:
+        taken = 0
+        while transport._state == active and taken < limit:
+            data = recv(sock, size)
+            if not data:
+                raise transport.RxEndOfFile()
+            taken += len(data)
+            protocol.data_received(data)
+            if len(data) < size:
+                return
+
+    transport._consume = consume
+
+
 # -- a channel's implementation ----------------------------------------------------------------
 def watch_publishing(
     ch: BlockingChannel,
@@ -145,11 +185,42 @@ def send_reject(ch: BlockingChannel, tag: int, *, requeue: bool) -> None:
     ch._impl.basic_reject(tag, requeue=requeue)
 
 
-def send_publish(
-    ch: BlockingChannel, exchange: str, key: str, body: bytes, props: Any, *, mandatory: bool
-) -> None:
-    """Queue ``basic.publish``, without flushing nor waiting for a confirm."""
-    ch._impl.basic_publish(exchange, key, body, props, mandatory=mandatory)
+def body_max(ch: BlockingChannel) -> int:
+    """The largest body frame's payload on ``ch``'s connection (``frame_max`` less 8)."""
+    size: int = ch._impl.connection._body_max_length
+    return size
+
+
+def send_frames(ch: BlockingChannel, data: bytes) -> None:
+    """Send ``data``, frames the adapter encoded for ``ch`` (``basic.publish``,
+    :mod:`~ackwise_rabbitmq._frames`), without waiting for a confirm.
+
+    When nothing is queued before them, they go out at once, with one system call; pika would
+    queue them, watch the socket for writability and send them on its loop's next turn (two
+    ``epoll_ctl`` and an ``epoll_wait`` more, on the path of every confirmed publish).  What
+    the socket does not take, and every send on a TLS connection, is queued as pika queues it.
+    Raises ``ChannelWrongStateError`` as ``Channel.basic_publish`` does on a closed channel.
+    The connection's ``bytes_sent`` counts them (its heartbeat checker reads it); its
+    ``frames_sent`` statistic does not.
+    """
+    impl = ch._impl
+    impl._raise_if_not_open()
+    conn = impl.connection
+    conn.bytes_sent += len(data)
+    transport = conn._transport
+    if (
+        type(transport) is _AsyncPlaintextTransport
+        and not transport._tx_buffers
+        and transport._state == transport._STATE_ACTIVE
+    ):
+        try:
+            sent = transport._sock.send(data)
+        except OSError:  # would block; or broken: pika's next send meets it and closes
+            sent = 0
+        if sent == len(data):
+            return
+        data = data[sent:]
+    conn._adapter_emit_data(data)
 
 
 def consume(

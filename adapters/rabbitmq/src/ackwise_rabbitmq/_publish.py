@@ -36,6 +36,7 @@ from ackwise.errors import (
 )
 from ackwise_rabbitmq import _pika_private
 from ackwise_rabbitmq._calls import Publish, _Call
+from ackwise_rabbitmq._frames import Properties, publish_frames
 from ackwise_rabbitmq._messages import H_ATTEMPT, H_DEAD_AT, H_REASON, MAX_MESSAGE_SIZE
 from ackwise_rabbitmq._topology import MAX_DELAY_MS, _bits, _tier, _Topology
 
@@ -146,15 +147,26 @@ class _Publishing(_Topology):
         timeout = self.settings.confirm_timeout
         inflight: list[tuple[_Call, set[int], float]] = []
 
+        number = ch.channel_number
+        most = _pika_private.body_max(ch)
+
         def send(batch: Sequence[_Call]) -> None:
             deadline = time.monotonic() + timeout
             for call in batch:
                 first = self._seq + 1
-                for exchange, key, body, props in call.publish or ():
-                    _pika_private.send_publish(ch, exchange, key, body, props, mandatory=True)
-                    self._seq += 1
-                    self._unconfirmed.add(self._seq)
-                inflight.append((call, set(range(first, self._seq + 1)), deadline))
+                items = call.publish or ()
+                if not items:
+                    inflight.append((call, set(), deadline))
+                    continue
+                data = b"".join(
+                    publish_frames(number, e, k, b, p, mandatory=True, body_max=most)
+                    for e, k, b, p in items
+                )
+                _pika_private.send_frames(ch, data)
+                self._seq += len(items)
+                span = set(range(first, self._seq + 1))
+                self._unconfirmed |= span
+                inflight.append((call, span, deadline))
 
         def settled() -> bool:
             return any(not (span & self._unconfirmed) for _, span, _ in inflight)
@@ -276,14 +288,8 @@ class _Publishing(_Topology):
     # -- producing -------------------------------------------------------------------------
     def _properties(
         self, message_id: str, headers: dict[str, Any] | None = None, priority: int = 0
-    ) -> pika.BasicProperties:
-        return pika.BasicProperties(
-            message_id=message_id,
-            delivery_mode=2,
-            timestamp=int(time.time()),
-            headers=headers or None,
-            priority=priority or None,
-        )
+    ) -> Properties:
+        return Properties(message_id, int(time.time()), headers or None, priority)
 
     def _route(
         self, queue: str, m: Outgoing, headers: dict[str, Any] | None = None
