@@ -531,3 +531,21 @@ def test_a_quorum_queue_dead_letters_past_its_delivery_limit_at_least_once(
         assert args["x-overflow"] == "reject-publish"  # what RabbitMQ requires for it
     finally:
         adapter.close()
+
+
+def test_a_message_id_past_255_bytes_fails_its_own_publish_at_once(rabbitmq_url: str) -> None:
+    """AMQP carries a message id as a short string: one that is longer fails its publish at
+    once, with nothing of the batch sent, and the connection keeps working."""
+    adapter = _adapter(f"{rabbitmq_url}{'&' if '?' in rabbitmq_url else '?'}confirm_timeout=5")
+    try:
+        queue = _queue()
+        adapter.declare(QueueSpec(queue))
+        started = time.monotonic()
+        with pytest.raises(PermanentAdapterError, match="longer than AMQP's 255 bytes"):
+            adapter.publish(queue, [Outgoing("ok-1", b"x"), Outgoing("é" * 128, b"x")])
+        assert time.monotonic() - started < 3.0
+        adapter.publish(queue, [Outgoing("ok-2", b"x")])
+        assert adapter.stats(queue).ready == 1  # nothing of the refused batch was stored
+        adapter.delete_queue(queue)
+    finally:
+        adapter.close()

@@ -26,6 +26,7 @@ from typing import Any
 import pika
 import pika.spec
 from pika.adapters.blocking_connection import BlockingChannel
+from pika.exceptions import ShortStringTooLong
 
 from ackwise import BrokerURL, Outgoing
 from ackwise.errors import (
@@ -158,10 +159,18 @@ class _Publishing(_Topology):
                 if not items:
                     inflight.append((call, set(), deadline))
                     continue
-                data = b"".join(
-                    publish_frames(number, e, k, b, p, mandatory=True, body_max=most)
-                    for e, k, b, p in items
-                )
+                try:
+                    data = b"".join(
+                        publish_frames(number, e, k, b, p, mandatory=True, body_max=most)
+                        for e, k, b, p in items
+                    )
+                except ShortStringTooLong as exc:  # nothing of the call was sent
+                    call.error = PermanentAdapterError(
+                        f"{self.settings.where}: a message id, exchange or routing key is "
+                        f"longer than AMQP's 255 bytes ({exc!r}); nothing was published"
+                    )
+                    call.done.set()
+                    continue
                 _pika_private.send_frames(ch, data)
                 self._seq += len(items)
                 span = set(range(first, self._seq + 1))
