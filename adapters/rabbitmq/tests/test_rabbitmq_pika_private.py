@@ -305,3 +305,18 @@ def test_the_end_of_the_stream_is_reported_as_pika_reports_it(impl: Any) -> None
     _pika_private.stop_reading_at_a_short_read(_wrapping(impl))
     with pytest.raises(_AsyncPlaintextTransport.RxEndOfFile):
         transport._consume()
+
+
+def test_a_consumer_the_broker_cancels_reaches_the_callback_not_the_blocking_channel(
+    channel: Any,
+) -> None:
+    frame = pika.frame.Method(1, pika.spec.Basic.Cancel(consumer_tag="ctag1.x"))
+    # pika's own handler knows only the blocking channel's consumers: on the impl's, it
+    # raises (and pika, inside its loop, drops the connection).
+    blocking = blocking_connection.BlockingChannel(channel, None)
+    with pytest.raises(KeyError):
+        channel.callbacks.process(1, pika.spec.Basic.Cancel, channel, frame)
+    cancelled: list[str] = []
+    _pika_private.on_consumer_cancelled(blocking, cancelled.append)
+    channel.callbacks.process(1, pika.spec.Basic.Cancel, channel, frame)
+    assert cancelled == ["ctag1.x"]

@@ -233,6 +233,22 @@ class _Consuming(_Publishing):
         with self._lock:
             self._consumers.setdefault(queue, []).append(consumer)
 
+    def _on_consumer_cancelled(self, tag: str) -> None:
+        """The broker cancelled a consumer: its queue was deleted, by this adapter or another
+        client.  The consumer is forgotten, so that a later receive of the queue subscribes
+        again, and so is the queue's declaration, so that ``declare`` declares it again.  What
+        the consumer pushed stays in the inbox and is settled as usual."""
+        with self._lock:
+            for queue, consumers in list(self._consumers.items()):
+                kept = [c for c in consumers if c.tag != tag]
+                if len(kept) == len(consumers):
+                    continue
+                if kept:
+                    self._consumers[queue] = kept
+                else:
+                    del self._consumers[queue]
+                self._declared.discard(queue)
+
     def _cancel_consumers(self, queues: Iterable[str]) -> None:
         """Cancel every consumer of ``queues`` (I/O thread, no wait): see :meth:`_cancel`."""
         with self._lock:

@@ -112,6 +112,10 @@ class _IOThread(Adapter):
         """Publish the calls' messages and those queued meanwhile; complete each call as its
         own confirms arrive."""
 
+    @abc.abstractmethod
+    def _on_consumer_cancelled(self, tag: str) -> None:
+        """The broker cancelled the consumer ``tag`` (its queue was deleted) (I/O thread)."""
+
     def _begin_generation(self) -> None:
         """A new connection is up: forget what belonged to the previous one (lock held)."""
 
@@ -179,6 +183,7 @@ class _IOThread(Adapter):
             publish = conn.channel()
             self._watch_publishing(publish)
             _pika_private.on_channel_close(consume, self._on_consume_closed)
+            _pika_private.on_consumer_cancelled(consume, self._on_consumer_cancelled)
         except BaseException as exc:
             box.append(exc)
             ready.set()

@@ -31,7 +31,10 @@ What ``BlockingConnection`` and ``BlockingChannel`` do not offer, and why the ad
   ``_adapter_remove_timeout``: ``BlockingConnection.call_later`` callbacks run only from
   ``process_data_events``);
 * the set of cancelled consumer tags of a channel (``Channel._cancelled``), whose deliveries
-  pika rejects back to the queue.
+  pika rejects back to the queue;
+* the blocking channel's handler of a consumer the broker cancels
+  (``BlockingChannel._on_consumer_cancelled_by_broker``, in the channel impl's ``callbacks``):
+  it knows only the blocking channel's own consumers (see :func:`on_consumer_cancelled`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+import pika.spec
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.adapters.utils.io_services_utils import _AsyncPlaintextTransport
 
@@ -51,6 +55,7 @@ __all__ = [
     "flush",
     "io_timer",
     "on_channel_close",
+    "on_consumer_cancelled",
     "read_frames_with",
     "send_ack",
     "send_frames",
@@ -173,6 +178,18 @@ def watch_publishing(
 def on_channel_close(ch: BlockingChannel, callback: Callable[[Any, BaseException], None]) -> None:
     """``callback(channel, reason)`` when the channel closes, as it happens."""
     ch._impl.add_on_close_callback(callback)
+
+
+def on_consumer_cancelled(ch: BlockingChannel, callback: Callable[[str], None]) -> None:
+    """``callback(consumer_tag)`` when the broker cancels a consumer of ``ch`` (its queue was
+    deleted), in place of the blocking channel's handler.  That one looks the tag up among the
+    blocking channel's own consumers; on a consumer of the impl (:func:`consume`) it raises
+    ``KeyError``, which pika turns into a lost connection."""
+    impl = ch._impl
+    impl.callbacks.remove(
+        impl.channel_number, pika.spec.Basic.Cancel, ch._on_consumer_cancelled_by_broker
+    )
+    impl.add_on_cancel_callback(lambda frame: callback(frame.method.consumer_tag))
 
 
 def send_ack(ch: BlockingChannel, tag: int) -> None:

@@ -266,7 +266,7 @@ class _Publishing(_Topology):
                 f"{self.settings.confirm_timeout}s; whether they were stored is unknown"
             )
         lost: list[str] = []
-        for i, (exchange, _key, _body, props) in enumerate(items):
+        for i, (exchange, key, _body, props) in enumerate(items):
             message_id = str(props.message_id)
             if first + i in unsent or message_id not in returned:
                 continue
@@ -274,6 +274,7 @@ class _Publishing(_Topology):
                 unsent.add(first + i)
             else:
                 lost.append(message_id)
+                self._declared.discard(key)  # deleted since, maybe: declare() declares it again
         if lost:
             ids = sorted(set(lost))
             return QueueNotFound(
