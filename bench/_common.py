@@ -327,6 +327,12 @@ def parse_args(
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--out", default=str(BENCH_DIR / out))
     parser.add_argument("--only", default="", help="comma-separated prefixes of cell keys")
+    parser.add_argument(
+        "--lat-tasks",
+        type=int,
+        default=LAT_TASKS,
+        help="tasks per latency run (its p99 is the 1%% slowest of them: more, a steadier p99)",
+    )
     if baseline:
         parser.add_argument(
             "--baseline",
@@ -335,6 +341,8 @@ def parse_args(
             "ackwise worker it runs (ackwise-baseline), interleaved with the others",
         )
     args = parser.parse_args()
+    global LAT_TASKS
+    LAT_TASKS = args.lat_tasks  # read by measure_latency
     args.baseline = getattr(args, "baseline", None)
     args.baseline_note = describe_baseline(args.baseline) if args.baseline else ""
     command = " ".join(

@@ -563,7 +563,7 @@ def render(
         "peer",
         args.baseline_note,
         "Method",
-        METHOD,
+        METHOD.replace("(1,000 tasks,", f"({_common.LAT_TASKS:,} tasks a run,"),
     )
     return "\n".join(lines)
 
