@@ -322,6 +322,7 @@ def parse_args(
 
     ``baseline``: offer ``--baseline`` (``args.baseline`` is None without it).
     """
+    global LAT_TASKS  # --lat-tasks sets it for measure_latency
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=20_000)
@@ -341,8 +342,7 @@ def parse_args(
             "ackwise worker it runs (ackwise-baseline), interleaved with the others",
         )
     args = parser.parse_args()
-    global LAT_TASKS
-    LAT_TASKS = args.lat_tasks  # read by measure_latency
+    LAT_TASKS = args.lat_tasks
     args.baseline = getattr(args, "baseline", None)
     args.baseline_note = describe_baseline(args.baseline) if args.baseline else ""
     command = " ".join(
