@@ -125,6 +125,35 @@ def test_the_database_is_in_wal_mode(adapter: SQLiteAdapter) -> None:
         raw.close()
 
 
+def test_opening_a_new_file_another_process_is_still_writing_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """A worker and a producer started together on a new file: while one writes it in
+    rollback mode, the other's switch to WAL gets "database is locked" at once from SQLite
+    (not after busy_timeout); the open waits for the writer instead of failing."""
+    import threading
+    import time
+
+    path = tmp_path / "new.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE setup_in_progress (x)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO setup_in_progress VALUES (1)")
+    done = threading.Timer(0.5, lambda: writer.execute("COMMIT"))
+    done.start()
+    adapter = open_adapter(f"sqlite:///{path}?busy_timeout=10")
+    started = time.monotonic()
+    try:
+        adapter.open()
+        assert time.monotonic() - started >= 0.4  # it waited for the writer
+        adapter.declare(QueueSpec("q"))
+        adapter.publish("q", [Outgoing("m", b"x")])
+    finally:
+        done.join()
+        adapter.close()
+        writer.close()
+
+
 def test_receive_is_an_index_range_scan(adapter: SQLiteAdapter) -> None:
     plan = (
         adapter._conn()

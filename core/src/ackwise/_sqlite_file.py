@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import ClassVar
@@ -204,7 +205,7 @@ class SQLiteFile:
             )
             try:
                 db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-                mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                mode = self._journal_wal(db)
                 if str(mode).lower() != "wal":
                     raise PermanentAdapterError(
                         f"{self._what} {self.path!r} cannot use WAL journal mode (got "
@@ -217,6 +218,23 @@ class SQLiteFile:
                 raise
         self._db, self._pid = db, os.getpid()
         return db
+
+    def _journal_wal(self, db: sqlite3.Connection) -> str:
+        """``PRAGMA journal_mode = WAL``, waiting up to ``busy_timeout`` for a writer.
+
+        On a file still in rollback mode (a new one that another process is setting up), the
+        change needs an exclusive lock, and SQLite answers "database is locked" at once
+        rather than calling the busy handler; it is asked again until the writer is done.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                return str(db.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                busy = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY
+                if not busy or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
 
     def close(self) -> None:
         db, self._db = self._db, None
