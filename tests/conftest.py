@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,3 +74,103 @@ def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     handle = provide_or_skip("redis", tmp_dir=tmp_path_factory.mktemp("redis"), durable=False)
     yield handle
     handle.stop()
+
+
+#: Every broker ackwise ships an adapter for, as :func:`each_broker` provides them.
+BROKERS = ("memory", "sqlite", "redis", "rabbitmq", "sqs", "postgresql", "nats")
+
+
+@dataclass(frozen=True)
+class BrokerPlace:
+    """A broker of :func:`each_broker`: its name, a URL seeing a namespace of this test's own,
+    and a queue name of this test's own (deleted after it, with everything under the URL's
+    prefix)."""
+
+    name: str
+    url: str
+    queue: str
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def moto_sqs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One moto SQS server of this session, over real HTTP (started by the conformance suite,
+    as ``ackwise_sqs._provision`` says), with dummy credentials in the environment."""
+    from ackwise_conformance.brokers import provide_or_skip
+
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        os.environ.setdefault(name, value)
+    handle = provide_or_skip("sqs", tmp_dir=tmp_path_factory.mktemp("sqs"))
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(params=BROKERS)
+def each_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerPlace]:
+    """Each broker in turn: the shared services on loopback (RabbitMQ without its management
+    plugin), a moto SQS server, SQLite and memory; a test's own prefix, schema or file, and
+    its own queue, deleted after it."""
+    from ackwise_conformance.brokers import missing_broker
+
+    name: str = request.param
+    tag = f"m{uuid.uuid4().hex[:10]}"
+    queue = f"{tag}-q"
+    if name == "memory":
+        yield BrokerPlace(name, f"memory://{tag}", queue)
+        return
+    if name == "sqlite":
+        yield BrokerPlace(name, f"sqlite:///{tmp_path / 'broker.db'}", queue)
+        return
+    if name == "postgresql":
+        for url, _ in _pg_schema(tag):
+            yield BrokerPlace(name, url, queue)
+        return
+    if name == "sqs":
+        handle = request.getfixturevalue("moto_sqs")
+        sep = "&" if "?" in handle.url else "?"
+        url = f"{handle.url}{sep}prefix={tag}-"
+    else:
+        port = {"redis": 6379, "rabbitmq": 5672, "nats": 4222}[name]
+        if not _answers(port):
+            missing_broker(f"no {name} answering on 127.0.0.1:{port}")
+        url = {
+            "redis": f"redis://127.0.0.1:6379/0?prefix={tag}",
+            "rabbitmq": f"amqp://guest:guest@127.0.0.1:5672/%2F?prefix={tag}",
+            "nats": f"nats://127.0.0.1:4222?prefix={tag}",
+        }[name]
+    try:
+        yield BrokerPlace(name, url, queue)
+    finally:
+        _delete_place(name, url, queue, tag)
+
+
+def _delete_place(name: str, url: str, queue: str, tag: str) -> None:
+    """Delete the queue and, on Redis, every key under the test's prefix (the worker
+    registry's hash too)."""
+    adapter = ackwise.open_adapter(url)
+    adapter.open()
+    try:
+        adapter.delete_queue(queue)
+    finally:
+        adapter.close()
+    if name == "redis":
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=6379, db=0)
+        try:
+            keys = list(client.scan_iter(match=f"*{tag}*", count=1000))
+            if keys:
+                client.delete(*keys)
+        finally:
+            client.close()

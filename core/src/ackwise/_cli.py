@@ -20,8 +20,8 @@ from ackwise._cli_common import (
     resolve_broker,
     stats_dict,
     table,
-    unknown_figures,
 )
+from ackwise._figures import unknown_figures
 from ackwise._logconfig import LOG_FORMATS, parse_level
 from ackwise._logconfig import configure as configure_logging
 from ackwise._plugins import ENTRY_POINT_GROUP, get_plugins
@@ -263,7 +263,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             metrics.close()
 
 
-def _stats_rows(broker: str, queues: list[str]) -> tuple[list[QueueStats], frozenset[str]]:
+def _stats_rows(broker: str, queues: list[str]) -> tuple[list[QueueStats], dict[str, str]]:
     """Each queue's stats, and the figures this broker cannot know (from the capabilities of
     the opened adapter: a URL may change them, e.g. RabbitMQ's management API)."""
     from ackwise._plugins import open_adapter

@@ -1,15 +1,16 @@
 """Helpers of the command line shared by its subcommands (``worker``, ``stats``, ``beat``,
 ``dlq``): the parser class and its help, argument types, the broker and queues a command names,
-the figures of ``stats`` a broker cannot know, tables."""
+the figures of ``stats`` as cells (``n/a`` for those a broker cannot know), tables."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import re
+from collections.abc import Collection
 from typing import Any
 
-from ackwise._spi import Adapter, Capabilities, QueueStats, redact_url
+from ackwise._spi import Adapter, QueueStats, redact_url
 from ackwise.errors import AckwiseError, UnsupportedCapability
 
 __all__ = [
@@ -25,7 +26,6 @@ __all__ = [
     "shows_default",
     "stats_dict",
     "table",
-    "unknown_figures",
 ]
 
 #: The help of ``--broker`` (``stats``, ``dlq``): what :func:`resolve_broker` falls back to.
@@ -105,28 +105,13 @@ def resolve_broker(args: argparse.Namespace) -> tuple[str, list[str]]:
     return broker, list(queues)
 
 
-def unknown_figures(capabilities: Capabilities) -> frozenset[str]:
-    """The figures of :class:`QueueStats` (by field name) that a broker with ``capabilities``
-    cannot know, so ``stats`` prints ``n/a`` (JSON ``null``) for them instead of its 0:
-
-    - ``oldest_age`` where ``oldest_age=False`` (SQS has it only in CloudWatch; RabbitMQ);
-    - ``in_flight`` where ``global_in_flight=False``: the broker counts only this connection's
-      deliveries, and a command's connection holds none (RabbitMQ without its management API).
-    """
-    unknown = set()
-    if not capabilities.oldest_age:
-        unknown.add("oldest_age")
-    if not capabilities.global_in_flight:
-        unknown.add("in_flight")
-    return frozenset(unknown)
-
-
-def stats_dict(row: QueueStats, unknown: frozenset[str]) -> dict[str, Any]:
-    """``row`` as ``stats --json`` prints it: ``None`` for the figures in ``unknown``."""
+def stats_dict(row: QueueStats, unknown: Collection[str]) -> dict[str, Any]:
+    """``row`` as ``stats --json`` prints it: ``None`` for the figures in ``unknown``
+    (:func:`ackwise._figures.unknown_figures`)."""
     return {k: None if k in unknown else v for k, v in row.as_dict().items()}
 
 
-def figure(row: QueueStats, field: str, unknown: frozenset[str]) -> str:
+def figure(row: QueueStats, field: str, unknown: Collection[str]) -> str:
     """One figure of ``row`` as a table cell: ``n/a`` when unknown, ages in seconds."""
     if field in unknown:
         return NA

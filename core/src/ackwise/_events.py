@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from ackwise._plugins import Plugins
 
 __all__ = [
+    "DEAD_LETTER_REASONS",
     "EVENTS",
+    "STALE_OPERATIONS",
     "TASK_EVENTS",
     "WORKER_EVENTS",
     "BrokerError",
@@ -60,6 +62,21 @@ __all__ = [
 ]
 
 Listener = Callable[[str, dict[str, Any]], None]
+
+#: Every :attr:`DeadLettered.reason` the worker gives (docs/failure-handling.md lists them):
+#: the metrics export each at 0 from the start.
+DEAD_LETTER_REASONS = (
+    "failed",
+    "worker_lost",
+    "time_limit",
+    "max_deliveries",
+    "decode_error",
+    "corrupt_record",
+    "unknown_envelope_version",
+    "unknown_task",
+)
+#: Every :attr:`Stale.operation` (docs/observability.md, the task log's ``stale`` line).
+STALE_OPERATIONS = ("ack", "early ack", "nack", "extend", "dead_letter", "start")
 
 
 @dataclass(slots=True)

@@ -17,11 +17,13 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from ackwise._events import (
+    DEAD_LETTER_REASONS,
+    STALE_OPERATIONS,
     BrokerError,
     DeadLettered,
     Failed,
@@ -35,6 +37,7 @@ from ackwise._events import (
     Started,
     Succeeded,
 )
+from ackwise._figures import unknown_figures
 from ackwise._health import with_health
 from ackwise.errors import AckwiseError, ConfigurationError
 
@@ -119,6 +122,11 @@ class _Counter:
     def add(self, key: tuple[str, ...], amount: float = 1) -> None:
         values = self.values
         values[key] = values.get(key, 0) + amount
+
+    def seed(self, keys: Iterable[tuple[str, ...]]) -> None:
+        """Export ``keys`` at 0 until their first increment (a known label set)."""
+        for key in keys:
+            self.values.setdefault(key, 0)
 
     def family(self) -> Any:
         fam = CounterMetricFamily(self.name, self.doc, labels=self.labels)
@@ -232,6 +240,7 @@ class WorkerMetrics(Collector):
             self.sampler = QueueSampler(worker.app.adapter, worker.config.queues, stats_interval)
             self.registry.register(self.sampler)
         self._known = frozenset(worker.app.tasks)
+        self._ended_at_start = self._seed()
         self._server: Any = None
         subscribe = worker.events.subscribe
         subscribe([Fetched], self._fetched)
@@ -246,6 +255,33 @@ class WorkerMetrics(Collector):
         subscribe([LeasesRenewed], self._renewed)
         subscribe([BrokerError], self._broker_error)
         subscribe([Reconnected], lambda e: self.reconnects.add(()))
+
+    def _seed(self) -> dict[tuple[str, ...], float]:
+        """Put every counter's known label sets at 0, so each has a sample from the start (a
+        rate or an ``increase() > 0`` alert has something to evaluate before the first event):
+
+        - by task: each registered task on its own queue, where this worker consumes it;
+        - by queue: each queue it consumes, with every dead-letter reason, stale operation
+          and attempt label;
+        - ``kind``: ``transient`` and ``permanent``; the unlabelled counters.
+
+        Return the succeeded and failed series of ``ackwise_tasks_total`` (counted by the
+        duration histogram, whose series start at the first observation).
+        """
+        queues = list(self.worker.config.queues)
+        here = [(t.name, t.queue) for t in self.worker.app.tasks.values() if t.queue in queues]
+        self.interrupted.seed((task, q, "interrupted") for task, q in here)
+        self.retries.seed(here)
+        self.lost.seed(here)
+        self.dead_letters.seed((q, reason) for q in queues for reason in DEAD_LETTER_REASONS)
+        self.stale.seed((q, operation) for q in queues for operation in STALE_OPERATIONS)
+        for q in queues:  # attempts 1 to MAX_ATTEMPT_LABEL ("10+"): redeliveries too
+            for attempt in range(1, MAX_ATTEMPT_LABEL + 1):
+                self.deliveries.setdefault((q, attempt), 0)
+        self.broker_errors.seed([("transient",), ("permanent",)])
+        for counter in (self.renewed, self.renewal_failures, self.reconnects):
+            counter.seed([()])
+        return {(t, q, o): 0 for t, q in here for o in ("succeeded", "failed")}
 
     # -- serving ---------------------------------------------------------------------------
     def serve(self, port: int, host: str = "0.0.0.0") -> int:
@@ -289,7 +325,8 @@ class WorkerMetrics(Collector):
             "(executor died, hard time limit, cold stop).",
             labels=["task", "queue", "outcome"],
         )
-        ended = self.duration.counts()
+        ended = dict(self._ended_at_start)
+        ended.update(self.duration.counts())
         ended.update(self.interrupted.values.copy())
         for key, n in ended.items():
             tasks.add_metric(list(key), n)
@@ -393,7 +430,9 @@ class QueueSampler(Collector):
 
     One thread owns the sampler's own adapter (adapters need not be thread-safe); a scrape
     asks it for fresh figures when the last are older than ``interval`` and waits for them
-    up to ``wait`` seconds, else serves the last ones.
+    up to ``wait`` seconds, else serves the last ones.  A figure the broker cannot report
+    (:func:`ackwise._figures.unknown_figures` of the opened adapter) has no sample: a 0
+    would read as "nothing there".
     """
 
     def __init__(
@@ -409,6 +448,7 @@ class QueueSampler(Collector):
         self.wait = wait
         self._factory = adapter_factory
         self._rows: list[Any] = []
+        self._unknown: dict[str, str] = {}  # of the adapter that read the rows
         self._sampled_at = 0.0  # monotonic: the last read that worked
         self._tried_at = float("-inf")  # the last read, failed or not: the rate bound
         self._errors = 0
@@ -428,7 +468,8 @@ class QueueSampler(Collector):
                 self._wanted = True
                 self._cv.notify_all()
                 self._cv.wait_for(lambda: not self._wanted or self._closed, timeout=self.wait)
-            rows, sampled_at, errors = self._rows, self._sampled_at, self._errors
+            rows, unknown = self._rows, self._unknown
+            sampled_at, errors = self._sampled_at, self._errors
         families = {
             "ready": ("ackwise_queue_ready_messages", "Messages ready to be received."),
             "delayed": ("ackwise_queue_delayed_messages", "Messages waiting for their delay."),
@@ -444,8 +485,9 @@ class QueueSampler(Collector):
         }
         for field, (name, doc) in families.items():
             g = GaugeMetricFamily(name, doc, labels=["queue"])
-            for row in rows:
-                g.add_metric([row.queue], float(getattr(row, field)))
+            if field not in unknown:
+                for row in rows:
+                    g.add_metric([row.queue], float(getattr(row, field)))
             yield g
         age = GaugeMetricFamily(
             "ackwise_queue_stats_age_seconds",
@@ -471,6 +513,7 @@ class QueueSampler(Collector):
                     if adapter is None:
                         adapter = self._factory()
                         adapter.open()
+                    unknown = unknown_figures(adapter.capabilities)
                     rows = [adapter.stats(q) for q in self.queues]
                 except AckwiseError as exc:
                     log.warning("metrics: reading the queues' stats failed: %s", exc)
@@ -483,7 +526,7 @@ class QueueSampler(Collector):
                         adapter = None
                     continue
                 with self._cv:
-                    self._rows = rows
+                    self._rows, self._unknown = rows, unknown
                     self._sampled_at = time.monotonic()
                     self._wanted = False
                     self._cv.notify_all()

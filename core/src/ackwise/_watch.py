@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TextIO
 
-from ackwise._cli_common import figure, queues_or_all, table, unknown_figures
+from ackwise._cli_common import figure, queues_or_all, table
+from ackwise._figures import unknown_figures
 from ackwise._plugins import open_adapter
 from ackwise._spi import Adapter, QueueStats, redact_url
 from ackwise.errors import AckwiseError
@@ -22,7 +23,7 @@ def render(
     rows: Sequence[QueueStats],
     previous: dict[str, QueueStats],
     elapsed: float,
-    unknown: frozenset[str] = frozenset(),
+    unknown: Collection[str] = (),
 ) -> str:
     """The table of ``rows``; ``/s`` columns are the change per second since ``previous``
     (taken ``elapsed`` seconds earlier): a growing backlog shows a positive ``ready/s``.
