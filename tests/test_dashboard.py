@@ -259,3 +259,81 @@ def test_the_queues_page_on_rabbitmq_shows_the_depth() -> None:
         adapter.delete_queue(queue)
         adapter.close()
         app.close()
+
+
+def _row(html: str, queue: str) -> str:
+    row = re.search(rf'<tr data-queue="{queue}">(.*?)</tr>', html, re.S)
+    assert row is not None, html
+    return row.group(1)
+
+
+def test_on_rabbitmq_the_figures_it_cannot_report_read_a_dash_with_the_reason() -> None:
+    # The shared node has no management plugin: RabbitMQ counts only the asking connection's
+    # unacknowledged messages, and reports no age; `ackwise stats` says n/a for both.
+    try:
+        socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
+    except OSError:
+        missing_broker("RabbitMQ is not answering on 127.0.0.1:5672")
+    queue = f"dash-{uuid.uuid4().hex[:8]}"
+    app = App("t", broker="amqp://guest:guest@127.0.0.1:5672/%2F", default_queue=queue)
+
+    @app.task(name="t")
+    def t() -> None: ...
+
+    for _ in range(7):
+        t.delay()
+    try:
+        with TestClient(create_app(app)) as web:
+
+            def seven_ready() -> str | None:
+                html = web.get("/").text
+                return html if _ready(html, queue) == 7 else None
+
+            html = eventually(seven_ready, 10.0, description="7 ready")
+        row = _row(html, queue)
+        in_flight = re.search(r'<td class="n in-flight unknown" title="([^"]+)">(.*?)</td>', row)
+        oldest = re.search(r'<td class="oldest unknown" title="([^"]+)">(.*?)</td>', row)
+        assert in_flight and oldest, row
+        assert in_flight.group(2) == "—" and "management plugin" in in_flight.group(1)
+        assert oldest.group(2) == "—" and "oldest message" in oldest.group(1)
+        assert "0.0s" not in row
+        note = re.search(r'<p id="unknown" class="muted">(.*?)</p>', html, re.S)
+        assert note is not None, html
+        assert "not shown as 0" in note.group(1)
+        assert "the depth chart counts the ready messages only" in note.group(1)
+        assert 'title="ready (in flight unknown)">depth<' in html
+    finally:
+        adapter = app.adapter()
+        adapter.open()
+        adapter.delete_queue(queue)
+        adapter.close()
+        app.close()
+
+
+def test_a_broker_that_reports_every_figure_shows_them_all(tmp_path: Path) -> None:
+    app = App("t", broker=f"sqlite:///{tmp_path / 'q.db'}")
+
+    @app.task(name="t")
+    def t() -> None: ...
+
+    t.delay()
+    with TestClient(create_app(app)) as web:
+        html = web.get("/").text
+    row = _row(html, "default")
+    assert '<td class="n in-flight">0</td>' in row and re.search(r'class="oldest">\d+\.\ds<', row)
+    assert "—" not in row and 'id="unknown"' not in html
+    assert 'title="ready + in flight">depth<' in html
+    app.close()
+
+
+def test_the_depth_chart_counts_an_unknown_in_flight_as_nothing() -> None:
+    from ackwise import QueueStats
+    from ackwise.dashboard.history import History
+
+    known, blind = History(), History()
+    for ready in (7, 5):
+        stats = [QueueStats("q", ready, 0, 3, 0, 0.0)]
+        known.add(stats, None)
+        blind.add(stats, None, {"in_flight": "the broker cannot tell"})
+    assert known.depth("q") == [10.0, 8.0]
+    assert blind.depth("q") == [7.0, 5.0]

@@ -1,7 +1,8 @@
 """The dashboard in a real browser (Debian's chromium, driven by Selenium through its
 chromedriver) against a real ``ackwise dashboard`` server and real workers, on SQLite and on
 Redis (docs/dashboard.md): a queue's depth changes, a dead letter appears, replay is clicked
-and confirmed, and the task runs.  Every page's screenshot is saved; with
+and confirmed, and the task runs; on RabbitMQ without its management plugin, the figures it
+cannot report read "—" with the reason.  Every page's screenshot is saved; with
 ``ACKWISE_UPDATE_SCREENSHOTS=1`` the SQLite run writes them to docs/img/ (committed).  The
 page's first render with 100 queues and 10,000 dead letters is measured by the browser."""
 
@@ -40,7 +41,11 @@ import os
 from pathlib import Path
 from ackwise import App
 
-app = App("shop", broker=os.environ["DASH_TEST_BROKER"])
+app = App(
+    "shop",
+    broker=os.environ["DASH_TEST_BROKER"],
+    default_queue=os.environ.get("DASH_TEST_QUEUE", "default"),
+)
 FLAG = Path(os.environ["DASH_TEST_FLAG"])
 
 
@@ -92,13 +97,14 @@ def _free_port() -> int:
 class Dashboard:
     """A real ``ackwise dashboard`` process on a free port."""
 
-    def __init__(self, tmp_path: Path, broker: str, flag: Path) -> None:
+    def __init__(self, tmp_path: Path, broker: str, flag: Path, queue: str = "default") -> None:
         (tmp_path / "dash_shop.py").write_text(APP_MODULE)
         self.env = {
             **os.environ,
             "PYTHONPATH": str(tmp_path),
             "DASH_TEST_BROKER": broker,
             "DASH_TEST_FLAG": str(flag),
+            "DASH_TEST_QUEUE": queue,
         }
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -123,8 +129,9 @@ class Dashboard:
         self.proc.wait(10)
 
 
-def _shop(broker: str, flag: Path) -> App:
+def _shop(broker: str, flag: Path, queue: str = "default") -> App:
     os.environ["DASH_TEST_BROKER"], os.environ["DASH_TEST_FLAG"] = broker, str(flag)
+    os.environ["DASH_TEST_QUEUE"] = queue
     namespace: dict[str, Any] = {"__name__": "dash_shop_here"}
     exec(compile(APP_MODULE, "dash_shop", "exec"), namespace)  # the module's own text
     app: App = namespace["app"]
@@ -198,6 +205,48 @@ def test_depth_dead_letter_replay_and_run_in_the_browser(
         assert "0 dead letter(s)" in browser.find_element(By.ID, "count").text
     finally:
         dash.stop()
+        shop.close()
+
+
+def test_a_figure_rabbitmq_cannot_report_reads_a_dash_with_its_reason_in_the_browser(
+    browser: Any, tmp_path: Path
+) -> None:
+    # The shared node runs without its management plugin: no in-flight count of the workers'
+    # deliveries, no age of the oldest message (`ackwise stats` says n/a for both).
+    try:
+        socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
+    except OSError:
+        missing_broker("RabbitMQ is not answering on 127.0.0.1:5672")
+    broker = "amqp://guest:guest@127.0.0.1:5672/%2F"
+    queue = f"dashb-{uuid.uuid4().hex[:8]}"
+    shop = _shop(broker, tmp_path / "unused", queue)
+    dash = Dashboard(tmp_path, broker, tmp_path / "unused", queue)
+    try:
+        for i in range(7):
+            shop.tasks["shop.add"].delay(i, 1)
+
+        def seven() -> bool:
+            browser.get(dash.url + "/")
+            return _ready(browser, queue) == 7
+
+        eventually(seven, 30.0, description="the page to show 7 ready")
+        row = f'tr[data-queue="{queue}"]'
+        in_flight = browser.find_element(By.CSS_SELECTOR, f"{row} td.in-flight")
+        oldest = browser.find_element(By.CSS_SELECTOR, f"{row} td.oldest")
+        assert (in_flight.text, oldest.text) == ("—", "—")
+        assert "management plugin" in in_flight.get_attribute("title")
+        assert "oldest message" in oldest.get_attribute("title")
+        note = browser.find_element(By.ID, "unknown")
+        assert note.is_displayed()
+        assert "not shown as 0" in note.text
+        assert "the depth chart counts the ready messages only" in note.text
+        _shoot(browser, tmp_path, "queues-rabbitmq", keep=False)
+    finally:
+        dash.stop()
+        adapter = shop.adapter()
+        adapter.open()
+        adapter.delete_queue(queue)
+        adapter.close()
         shop.close()
 
 

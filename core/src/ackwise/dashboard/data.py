@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ackwise import _envelope
 from ackwise._app import App
 from ackwise._dlq import SCAN_LIMIT, Entry
+from ackwise._figures import unknown_figures
 from ackwise._plugins import open_worker_registry
 from ackwise._presence import WorkerInfo
 from ackwise._spi import Adapter, DeadLetter, QueueStats
@@ -59,6 +60,11 @@ class Source:
 
     def stats(self) -> list[QueueStats]:
         return [self.adapter.stats(q) for q in self.queues()]
+
+    def unknown(self) -> dict[str, str]:
+        """The figures of :meth:`stats` this broker cannot report, each with why (as
+        ``ackwise stats`` decides them: shown "—", never a 0)."""
+        return unknown_figures(self.adapter.capabilities)
 
     def workers(self) -> list[WorkerInfo] | None:
         """The registry's records; ``None`` when the app has no registry."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from ackwise._presence import WorkerInfo
@@ -21,7 +21,7 @@ KEEP = 720
 @dataclass
 class _Sample:
     at: float
-    depth: dict[str, int]  # ready + in flight, by queue
+    depth: dict[str, int]  # ready + in flight (ready alone where in flight is unknown), by queue
     #: ``(finished, failed)`` by every worker of the registry together; ``""``: all queues.
     done: dict[str, tuple[int, int]]
 
@@ -36,14 +36,25 @@ class History:
         now = time.time() if now is None else now
         return not self.samples or now - self.samples[-1].at >= EVERY
 
-    def add(self, stats: Sequence[QueueStats], workers: Sequence[WorkerInfo] | None) -> None:
+    def add(
+        self,
+        stats: Sequence[QueueStats],
+        workers: Sequence[WorkerInfo] | None,
+        unknown: Collection[str] = (),
+    ) -> None:
+        """Remember ``stats`` and the workers' counts now; ``unknown``: the figures the broker
+        cannot report (:func:`ackwise._figures.unknown_figures`), which count for nothing
+        (an unknown in flight is not 0: the depth is then the ready messages alone)."""
         done: dict[str, tuple[int, int]] = {}
         for w in workers or ():
             for queue, (ok, failed) in w.by_queue.items():
                 for key in (queue, ""):
                     n, f = done.get(key, (0, 0))
                     done[key] = (n + ok + failed, f + failed)
-        depth = {s.queue: s.ready + s.in_flight for s in stats}
+        if "in_flight" in unknown:
+            depth = {s.queue: s.ready for s in stats}
+        else:
+            depth = {s.queue: s.ready + s.in_flight for s in stats}
         self.samples.append(_Sample(at=time.time(), depth=depth, done=done))
 
     def depth(self, queue: str) -> list[float]:

@@ -64,9 +64,9 @@ def create_app(app: App, *, token: str | None = None, read_only: bool = False) -
         return HTMLResponse(html, status_code=status)
 
     async def overview(request: Request) -> Response:
-        stats, workers = source.stats(), source.workers()
+        stats, workers, unknown = source.stats(), source.workers(), source.unknown()
         if history.due():
-            history.add(stats, workers)
+            history.add(stats, workers, unknown)
         charts = {
             q.queue: (
                 Markup(sparkline(history.depth(q.queue))),
@@ -80,6 +80,7 @@ def create_app(app: App, *, token: str | None = None, read_only: bool = False) -
             "overview.html",
             request,
             stats=stats,
+            unknown=unknown,
             workers=workers,
             charts=charts,
             throughput=Markup(sparkline(done)),
@@ -176,7 +177,7 @@ def create_app(app: App, *, token: str | None = None, read_only: bool = False) -
             await asyncio.sleep(EVERY)
             if history.due():
                 try:
-                    history.add(source.stats(), source.workers())
+                    history.add(source.stats(), source.workers(), source.unknown())
                 except AckwiseError as exc:  # the broker is away: a gap, not a crash
                     log.warning("dashboard: sampling the queues failed: %s", exc)
 
