@@ -1,5 +1,6 @@
 """The ackwise command line: stats (and the figures a broker cannot know), worker start-up
-errors, every option's help and default, --version, exit statuses."""
+errors, every option's help and default, the logging options before and after the command,
+--version, exit statuses."""
 
 from __future__ import annotations
 
@@ -417,3 +418,97 @@ def test_stats_on_sqs_says_n_a_for_the_oldest_age(sqs_url):
     assert (row["ready"], row["delayed"], row["in_flight"], row["dead"]) == (2, 1, 1, 1)
     table = _run("stats", "--broker", sqs_url, "-Q", "default").stdout.splitlines()
     assert table[3].split() == ["default", "2", "1", "1", "1", "n/a"]
+
+
+# -- the logging options, before and after the command ---------------------------------------
+
+_LOGGING = {  # option: (dest, a value other than its default, another one)
+    "--loglevel": ("loglevel", "DEBUG", "ERROR"),
+    "--log-format": ("log_format", "json", "text"),
+    "--task-loglevel": ("task_loglevel", "WARNING", "DEBUG"),
+    "--driver-loglevel": ("driver_loglevel", "INFO", "ERROR"),
+}
+
+
+def _commands() -> dict[str, list[str]]:
+    """Every command of the command line (plugins' included), with a value for each of its
+    required positional arguments."""
+    out = {}
+    for command, parser in _parsers(build_parser()):
+        words = command.split()[1:]
+        if words and not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+            required = [a for a in parser._actions if not a.option_strings and a.nargs is None]
+            out[command] = [*words, *("m:app" for _ in required)]
+    return out
+
+
+@pytest.mark.parametrize("option", sorted(_LOGGING))
+def test_every_logging_option_works_before_and_after_every_command(monkeypatch, option):
+    for name in _ENV:
+        monkeypatch.delenv(name, raising=False)
+    dest, value, other = _LOGGING[option]
+    commands = _commands()
+    assert {"ackwise worker", "ackwise stats", "ackwise dlq list", "ackwise conformance"} <= set(
+        commands
+    )
+    for command, words in commands.items():
+        parser = build_parser()
+        default = getattr(parser.parse_args(words), dest)
+        assert default != value, command
+        before = parser.parse_args([option, value, *words])
+        after = parser.parse_args([*words, option, value])
+        both = parser.parse_args([option, other, *words, option, value])
+        assert getattr(before, dest) == value, f"{command}: {option} before the command"
+        assert getattr(after, dest) == value, f"{command}: {option} after the command"
+        assert getattr(both, dest) == value, f"{command}: the one after the command wins"
+
+
+def test_dlq_takes_the_logging_options_between_its_words_too():
+    args = build_parser().parse_args(["dlq", "--log-format", "json", "list", "--loglevel", "DEBUG"])
+    assert (args.log_format, args.loglevel) == ("json", "DEBUG")
+
+
+def test_the_environment_still_sets_the_default_when_no_option_is_given(monkeypatch):
+    monkeypatch.setenv("ACKWISE_LOG_FORMAT", "json")
+    monkeypatch.setenv("ACKWISE_LOGLEVEL", "WARNING")
+    args = build_parser().parse_args(["stats", "--broker", "memory://"])
+    assert (args.log_format, args.loglevel) == ("json", "WARNING")
+    args = build_parser().parse_args(["stats", "--broker", "memory://", "--log-format", "text"])
+    assert (args.log_format, args.loglevel) == ("text", "WARNING")
+
+
+def test_a_subcommands_help_shows_the_logging_options():
+    out = _run("worker", "--help", env={"ACKWISE_LOGLEVEL": ""})
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "logging options (also before the command):" in text
+    for option in _LOGGING:
+        assert f" {option} " in text, option
+    assert "--loglevel LEVEL DEBUG, INFO, WARNING or ERROR (default: INFO;" in text
+
+
+def test_a_worker_given_log_format_json_after_the_command_writes_json_lines(tmp_path):
+    (tmp_path / "json_after_app.py").write_text(
+        f"from ackwise import App\napp = App('j', broker='sqlite:///{tmp_path / 'b.db'}')\n"
+        "@app.task(name='j.t')\ndef t():\n    pass\n"
+    )
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ackwise", "--log-format", "text", "worker",
+             "json_after_app:app", "--pool", "threads", "-c", "1", "--log-format", "json"],
+            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while " ready: broker " not in log.read_text():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(timeout=60)
+    assert status == 0, log.read_text()
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    assert any(" ready: broker " in x["message"] for x in lines), lines

@@ -13,6 +13,7 @@ from typing import Any
 from ackwise._cli_common import (
     BROKER_HELP,
     Parser,
+    add_logging_options,
     figure,
     positive_float,
     queue_list,
@@ -22,8 +23,8 @@ from ackwise._cli_common import (
     table,
 )
 from ackwise._figures import unknown_figures
-from ackwise._logconfig import LOG_FORMATS, parse_level
 from ackwise._logconfig import configure as configure_logging
+from ackwise._logconfig import parse_level
 from ackwise._plugins import ENTRY_POINT_GROUP, get_plugins
 from ackwise._spi import QueueStats, redact_url
 from ackwise.errors import AckwiseError
@@ -40,33 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         action=_Version,
         help="print the versions of ackwise, of each installed adapter and plugin, and of Python",
     )
-    parser.add_argument(
-        "--loglevel",
-        default=os.environ.get("ACKWISE_LOGLEVEL") or "INFO",
-        metavar="LEVEL",
-        help="DEBUG, INFO, WARNING or ERROR (default: %(default)s; $ACKWISE_LOGLEVEL sets it)",
-    )
-    parser.add_argument(
-        "--log-format",
-        choices=LOG_FORMATS,
-        default=os.environ.get("ACKWISE_LOG_FORMAT") or "text",
-        help="text, or json: one object per line (default: %(default)s; $ACKWISE_LOG_FORMAT "
-        "sets it)",
-    )
-    parser.add_argument(
-        "--task-loglevel",
-        default=os.environ.get("ACKWISE_TASK_LOGLEVEL") or None,
-        metavar="LEVEL",
-        help="level of the worker's task log (ackwise.task: two lines a task at INFO) "
-        "(default: $ACKWISE_TASK_LOGLEVEL, else as --loglevel)",
-    )
-    parser.add_argument(
-        "--driver-loglevel",
-        default=os.environ.get("ACKWISE_DRIVER_LOGLEVEL") or None,
-        metavar="LEVEL",
-        help="level of the broker client libraries' loggers (pika, botocore, urllib3, redis) "
-        "(default: $ACKWISE_DRIVER_LOGLEVEL, else WARNING)",
-    )
+    add_logging_options(parser, after_command=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     w = sub.add_parser("worker", help="run a worker", description="Run a worker process.")

@@ -1,6 +1,7 @@
 """Helpers of the command line shared by its subcommands (``worker``, ``stats``, ``beat``,
-``dlq``): the parser class and its help, argument types, the broker and queues a command names,
-the figures of ``stats`` as cells (``n/a`` for those a broker cannot know), tables."""
+``dlq``): the parser class and its help, the logging options of every command, argument types,
+the broker and queues a command names, the figures of ``stats`` as cells (``n/a`` for those a
+broker cannot know), tables."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from ackwise._logconfig import LOG_FORMATS
 from ackwise._spi import Adapter, QueueStats, redact_url
 from ackwise.errors import AckwiseError, UnsupportedCapability
 
@@ -18,6 +20,7 @@ __all__ = [
     "NA",
     "HelpFormatter",
     "Parser",
+    "add_logging_options",
     "figure",
     "positive_float",
     "queue_list",
@@ -58,11 +61,69 @@ class HelpFormatter(argparse.HelpFormatter):
 
 class Parser(argparse.ArgumentParser):
     """The parser of ``ackwise`` and of every subcommand (``add_subparsers`` makes its parsers
-    of the same class, plugins' commands included): help with :class:`HelpFormatter`."""
+    of the same class, plugins' commands included): help with :class:`HelpFormatter`; every
+    subcommand takes the logging options too (:class:`_Commands`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Commands)
+
+
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """``add_subparsers()`` of a :class:`Parser`: each command's parser (a plugin's too, and
+    the commands of a command: ``dlq list``) takes the logging options after the command."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        parser = super().add_parser(name, **kwargs)
+        add_logging_options(parser, after_command=True)
+        return parser
+
+
+def add_logging_options(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
+    """Add ``--loglevel``, ``--log-format``, ``--task-loglevel`` and ``--driver-loglevel``.
+
+    ``ackwise`` itself holds their defaults (from the environment); a command's copy
+    (``after_command``) has none (``SUPPRESS``), so a value given before the command stays
+    unless the same option is given again after it: the one after the command wins.
+    """
+    level = os.environ.get("ACKWISE_LOGLEVEL") or "INFO"
+    fmt = os.environ.get("ACKWISE_LOG_FORMAT") or "text"
+
+    def default(value: str | None) -> str | None:
+        return argparse.SUPPRESS if after_command else value
+
+    where = "before" if after_command else "after"
+    group = parser.add_argument_group(
+        f"logging options (also {where} the command)",
+        "Given both before and after the command, the one after it wins.",
+    )
+    group.add_argument(
+        "--loglevel",
+        default=default(level),
+        metavar="LEVEL",
+        help=f"DEBUG, INFO, WARNING or ERROR (default: {level}; $ACKWISE_LOGLEVEL sets it)",
+    )
+    group.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=default(fmt),
+        help=f"text, or json: one object per line (default: {fmt}; $ACKWISE_LOG_FORMAT sets it)",
+    )
+    group.add_argument(
+        "--task-loglevel",
+        default=default(os.environ.get("ACKWISE_TASK_LOGLEVEL") or None),
+        metavar="LEVEL",
+        help="level of the worker's task log (ackwise.task: two lines a task at INFO) "
+        "(default: $ACKWISE_TASK_LOGLEVEL, else as --loglevel)",
+    )
+    group.add_argument(
+        "--driver-loglevel",
+        default=default(os.environ.get("ACKWISE_DRIVER_LOGLEVEL") or None),
+        metavar="LEVEL",
+        help="level of the broker client libraries' loggers (pika, botocore, urllib3, redis) "
+        "(default: $ACKWISE_DRIVER_LOGLEVEL, else WARNING)",
+    )
 
 
 def positive_float(text: str) -> float:
