@@ -22,6 +22,7 @@ import pytest
 
 import ackwise
 from ackwise import App, LeaseExtension, Worker, WorkerConfig, chord
+from ackwise._beat import Beat, BeatConfig
 from ackwise._memory import MemoryAdapter
 from ackwise.errors import ConfigurationError
 from ackwise.testing import eager
@@ -419,3 +420,18 @@ def test_a_task_without_a_time_limit_on_a_broker_that_cannot_extend_leases_is_re
     with pytest.raises(ConfigurationError, match=r"may run longer than --lease 2\.0s"):
         Worker(app, WorkerConfig(pool="prefork", app_path="x:app", lease=2.0))
 
+
+def test_beat_refuses_a_lock_url_without_a_leader_lock_and_the_app_does_not() -> None:
+    """The app cannot know where its beats take their lock (``--lock``): ``ackwise beat``
+    refuses at start, before it connects anywhere, naming the URL and the option."""
+    app = App("nightly", broker="amqp://guest:s3cret@127.0.0.1:1/%2F")
+    app.periodic(app.task(name="nightly.report")(_body), every=60)  # accepted
+    with pytest.raises(ConfigurationError) as refused:
+        Beat(app)
+    assert str(refused.value) == (
+        "ackwise beat: app 'nightly' has periodic schedules, and its lock URL "
+        "amqp://guest:***@127.0.0.1:1/%2F (the app's broker; no --lock given) has no leader "
+        "lock: no installed plugin provides one for amqp:// URLs; pass --lock with a URL of "
+        "one of: " + ", ".join(app.plugins.lock_backends.schemes())
+    )
+    assert Beat(app, BeatConfig(lock=f"memory://{uuid.uuid4().hex[:8]}")).lock is not None
