@@ -160,7 +160,7 @@ def test_a_failing_key_function_dead_letters_the_message(app):
     assert dead.info["reason"] == "failed" and "ZeroDivisionError" in dead.info["error"]
 
 
-def test_keyed_task_without_a_store_is_refused_at_worker_start():
+def test_keyed_task_without_a_store_is_refused_when_declared_and_at_worker_start():
     class NoStore:
         @ackwise.hookimpl
         def ackwise_register_adapters(self, registry):
@@ -171,11 +171,14 @@ def test_keyed_task_without_a_store_is_refused_at_worker_start():
     app = App("x", broker="nostore://", plugins=plugins)
     assert app.idempotency_store_url is None
 
-    @app.task(name="k", idempotency_key=lambda: "k")
-    def k():
-        pass
+    with pytest.raises(ConfigurationError, match="idempotency_key needs an idempotency store"):
 
-    with pytest.raises(ConfigurationError, match="no idempotency store"):
+        @app.task(name="k", idempotency_key=lambda: "k")
+        def k():
+            pass
+
+    app.task(name="k")(lambda: None).idempotency_key = lambda: "k"  # as if it had been declared
+    with pytest.raises(ConfigurationError, match="idempotency_key needs an idempotency store"):
         ackwise.Worker(app, ackwise.WorkerConfig(pool="threads"))
     with pytest.raises(ConfigurationError, match="must be a callable"):
         app.task(name="k2", idempotency_key="not callable")(lambda: None)

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ackwise import App, open_rate_limiter
-from ackwise._pacing import Pacer
+from ackwise import App, Worker, WorkerConfig, open_rate_limiter
 from ackwise._ratelimit import next_slot, parse_rate
 from ackwise.errors import ConfigurationError
 from ackwise.testing import run_worker
@@ -54,18 +53,17 @@ def test_limiters_of_one_broker_share_the_slots(scheme: str, tmp_path: Path) -> 
         b.close()
 
 
-def test_a_worker_refuses_a_rate_limit_its_broker_cannot_share() -> None:
+def test_a_rate_limit_its_broker_cannot_share_is_refused_when_declared() -> None:
     app = App("rl", broker="amqp://guest:guest@127.0.0.1:1/%2F")
-    app.task(name="rl.limited", rate_limit="1/s")(lambda: None)
     with pytest.raises(
         ConfigurationError,
-        match=r"task rl\.limited has a rate_limit.*"
+        match=r"^task 'rl\.limited': rate_limit='1/s' needs a rate limit store, .*"
         r"set App\(rate_limit_store=URL\)",
     ):
-        Pacer(app).check()
+        app.task(name="rl.limited", rate_limit="1/s")(lambda: None)
     given = App("rl", broker="amqp://guest:guest@127.0.0.1:1/%2F", rate_limit_store="memory://x")
     given.task(name="rl.limited", rate_limit="1/s")(lambda: None)
-    Pacer(given).check()
+    Worker(given, WorkerConfig(pool="threads"))  # a worker takes it too
 
 
 def _app(tmp_path: Path) -> tuple[App, dict[str, list[float]]]:

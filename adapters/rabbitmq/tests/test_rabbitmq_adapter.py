@@ -352,20 +352,26 @@ def test_broker_ack_timeout_is_reported_and_survived_by_reconnecting(
         adapter.close()
 
 
-def test_worker_refuses_a_time_limit_longer_than_the_consumer_timeout(rabbitmq_url: str) -> None:
+def test_a_time_limit_longer_than_the_consumer_timeout_is_refused_by_producer_and_worker(
+    rabbitmq_url: str,
+) -> None:
     from ackwise import Worker, WorkerConfig
     from ackwise.errors import ConfigurationError
 
     queue = _queue()
     app = App("pinned", broker=with_options(rabbitmq_url, consumer_timeout=5))
+    with pytest.raises(ConfigurationError, match="consumer_timeout") as declared:
 
-    @app.task(name="pinned.long", queue=queue, time_limit=10.0)
-    def long() -> None:  # pragma: no cover - never runs
-        pass
+        @app.task(name="pinned.long", queue=queue, time_limit=10.0)
+        def long() -> None:  # pragma: no cover - never runs
+            pass
 
-    worker = Worker(app, config=WorkerConfig(queues=[queue], pool="prefork", app_path="x:app"))
-    with pytest.raises(ConfigurationError, match="consumer_timeout"):
-        worker.run()
+    # As if declared so (a time_limit set afterwards): the worker refuses it in the same words.
+    app.task(name="pinned.long", queue=queue, time_limit=4.0)(lambda: None).time_limit = 10.0
+    with pytest.raises(ConfigurationError) as started:
+        Worker(app, config=WorkerConfig(queues=[queue], pool="prefork", app_path="x:app"))
+    assert str(started.value) == str(declared.value)
+    assert "\n" not in str(declared.value)
 
 
 def test_automatic_prefetch_deepens_the_window_for_short_tasks_only(rabbitmq_url: str) -> None:

@@ -16,6 +16,7 @@ from ackwise._envelope import check_queue_name
 from ackwise._handle import TaskHandle
 from ackwise._plugins import Plugins, get_plugins, open_result_store
 from ackwise._policy import check_priority, check_publish, schedule_delay
+from ackwise._requirements import check_app, check_app_options, check_task, missing_store
 from ackwise._results import RESULT_TTL, ResultStore
 from ackwise._schedule import Periodic, declare, make_schedule
 from ackwise._semantics import Ack
@@ -99,6 +100,11 @@ class App:
         self._lock = threading.Lock()
         #: Eager mode (``ackwise.testing.eager``): sends run here instead of being published.
         self._eager: EagerMode | None = None
+        #: The first send checks the app and its tasks as a worker's start does
+        #: (:func:`ackwise._requirements.check_app`); later sends need not.
+        self._checked = False
+        # What a worker would refuse at start, refused here (registry lookups only).
+        check_app_options(self)
 
     def __repr__(self) -> str:
         return f"<App {self.name} broker={self._broker}>"
@@ -248,6 +254,7 @@ class App:
                 rate_limit=rate_limit,
                 priority=priority,
             )
+            check_task(self, t)  # what a worker would refuse at start, refused here
             self.tasks[task_name] = t
             return t
 
@@ -299,11 +306,7 @@ class App:
         with self._lock:
             if self._results is None or self._eager is not None:
                 if self.result_store_url is None:
-                    raise ConfigurationError(
-                        f"app {self.name!r} has no result store: broker {self._broker.scheme}:// "
-                        f"keeps none; set App(result_store=URL) (known schemes: "
-                        f"{', '.join(self.plugins.adapters.result_schemes())})"
-                    )
+                    raise missing_store(self, "result", f"app {self.name!r}", "reading a result")
                 if self._eager is not None:  # eager mode keeps its results in memory
                     return self._eager.results
                 self._results = open_result_store(
@@ -460,6 +463,9 @@ class App:
         id: str | None = None,
         priority: int | None = None,
     ) -> tuple[str, Outgoing]:
+        if not self._checked:
+            check_app(self)  # as a worker's start does: an app changed since it was made
+            self._checked = True
         name, default_queue = self._target(task)
         priority = self._priority(task, priority)
         id = id or _envelope.new_id()

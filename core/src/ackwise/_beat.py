@@ -25,7 +25,7 @@ from ackwise._locks import Claim, LeaderLock, Leadership
 from ackwise._plugins import open_lock
 from ackwise._schedule import UTC, Periodic, from_us, to_us
 from ackwise._spi import redact_url
-from ackwise.errors import AckwiseError, AdapterError, ConfigurationError
+from ackwise.errors import AckwiseError, AdapterError, ConfigurationError, UnknownBrokerScheme
 
 if TYPE_CHECKING:
     from ackwise._app import App
@@ -127,7 +127,7 @@ class Beat:
                 "@app.periodic_task(...)): nothing to run"
             )
         self.lock_url = self.config.lock or app.broker_url
-        self.lock = lock if lock is not None else open_lock(self.lock_url, app.plugins)
+        self.lock = lock if lock is not None else self._lock_backend()
         self.lock.timeout = self.config.ttl / 3
         self.lock_name = self.config.lock_name or f"ackwise.beat.{app.name}"
         self.clock = clock
@@ -144,6 +144,21 @@ class Beat:
         self._pending: list[_Pending] = []
         self._next_acquire = 0.0
         self._store_failing = False
+
+    def _lock_backend(self) -> LeaderLock:
+        """The lock store of ``lock_url`` (built, not opened); refused in one line where no
+        plugin provides one for its scheme.  The app does not refuse this: its beats may take
+        their lock elsewhere (``--lock``)."""
+        try:
+            return open_lock(self.lock_url, self.app.plugins)
+        except UnknownBrokerScheme as exc:
+            where = "--lock" if self.config.lock else "the app's broker; no --lock given"
+            raise ConfigurationError(
+                f"ackwise beat: app {self.app.name!r} has periodic schedules, and its lock URL "
+                f"{redact_url(self.lock_url)} ({where}) has no leader lock: no installed plugin "
+                f"provides one for {exc.scheme}:// URLs; pass --lock with a URL of one of: "
+                f"{', '.join(exc.installed)}"
+            ) from None
 
     # -- control ---------------------------------------------------------------------------
     def request_stop(self) -> None:

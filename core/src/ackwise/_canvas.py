@@ -26,6 +26,7 @@ import msgspec
 from ackwise import _envelope
 from ackwise._app import App
 from ackwise._handle import TaskHandle
+from ackwise._requirements import missing_store
 from ackwise._results import ResultState, ResultStore, TaskResult, value_of
 from ackwise._spi import MAX_PRIORITY, Outgoing
 from ackwise._task import Signature, Task
@@ -205,9 +206,8 @@ class Chord:
         """
         app = _app_of((*self.members, self.callback), self.app)
         if app.result_store_url is None:
-            raise ConfigurationError(
-                f"a chord counts its members in a result store, and app {app.name!r} has "
-                "none: set App(result_store=URL) (workers and producers alike)"
+            raise missing_store(
+                app, "result", f"app {app.name!r}", "a chord, which counts its members there,"
             )
         *ids, callback_id = _ids((*self.members, self.callback), "chord")
         info = {

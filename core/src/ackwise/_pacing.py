@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from ackwise._plugins import open_rate_limiter
 from ackwise._ratelimit import RateLimiter
-from ackwise.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from ackwise._app import App
@@ -32,21 +31,14 @@ class Pacer:
         self.limiter: RateLimiter | None = None
         self._due: dict[str, float] = {}  # task name -> when its reserved slot comes (monotonic)
 
-    def check(self) -> None:
-        """Raise now if a task has a rate limit and the app has nowhere to share it."""
-        if self.active and self.app.rate_limit_store_url is None:
-            limited = sorted(t.name for t in self.app.tasks.values() if t.rate_interval)
-            known = ", ".join(self.app.plugins.adapters.store_schemes("rate limit"))
-            raise ConfigurationError(
-                f"task {limited[0]} has a rate_limit, and broker {self.app.broker.scheme}:// "
-                f"keeps no shared rate limits: set App(rate_limit_store=URL) (schemes: {known})"
-            )
-
     def open(self) -> None:
+        """Open the app's rate limit store, where a task has a rate limit.
+
+        A rate-limited task of an app without one was refused before (check_app)."""
         if self.active and self.limiter is None:
-            self.check()
-            assert self.app.rate_limit_store_url is not None
-            self.limiter = open_rate_limiter(self.app.rate_limit_store_url, self.app.plugins)
+            url = self.app.rate_limit_store_url
+            assert url is not None, "check_app() refuses a rate_limit with nowhere to share it"
+            self.limiter = open_rate_limiter(url, self.app.plugins)
 
     def close(self) -> None:
         limiter, self.limiter = self.limiter, None

@@ -139,7 +139,10 @@ class WorkerConfig:
 
     def validate(self, app: App, adapter_cls: type[Adapter]) -> None:
         """Refuse settings that cannot hold together, or that ``adapter_cls``'s broker
-        cannot serve (:class:`ackwise.errors.ConfigurationError`, one line naming the option)."""
+        cannot serve (:class:`ackwise.errors.ConfigurationError`, one line naming the option).
+
+        What the app's and its tasks' own options need is not checked here but by
+        :func:`ackwise._requirements.check_app`, which producers call too."""
         if self.pool not in POOLS:
             raise ConfigurationError(f"--pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
         if self.pool == "solo":
@@ -170,13 +173,6 @@ class WorkerConfig:
             )
         if not self.broker_timeout > 0:
             raise ConfigurationError(f"--broker-timeout must be > 0, got {self.broker_timeout}")
-        keyed = sorted(t.name for t in app.tasks.values() if t.idempotency_key is not None)
-        if keyed and app.idempotency_store_url is None:
-            raise ConfigurationError(
-                f"tasks {keyed} have an idempotency_key but broker {app.broker} has no "
-                "idempotency store: set App(idempotency_store='sqlite:///…' or "
-                "'postgresql://…')"
-            )
         hard = sorted(t.name for t in app.tasks.values() if t.time_limit is not None)
         if hard and self.pool != "prefork":
             raise ConfigurationError(
@@ -185,10 +181,12 @@ class WorkerConfig:
                 "soft_time_limit"
             )
         if caps.lease_extension is LeaseExtension.NONE:
+            # A task without a time_limit is the app's to refuse (check_app); this one's
+            # time_limit is checked against this worker's lease.
             long = [
                 t.name
                 for t in app.tasks.values()
-                if t.time_limit is None or t.time_limit > self.lease
+                if t.time_limit is not None and t.time_limit > self.lease
             ]
             if long:
                 raise ConfigurationError(

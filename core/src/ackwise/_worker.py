@@ -46,6 +46,7 @@ from ackwise._held import Held, Posted, WorkerCounters
 from ackwise._intake import Intake
 from ackwise._pacing import Pacer
 from ackwise._policy import WorkerConfig, max_auto_prefetch
+from ackwise._requirements import check_app
 from ackwise._results import ResultState, TaskResult
 from ackwise._semantics import Ack, Outcome
 from ackwise._settlement import Settler, whole_batches
@@ -96,6 +97,9 @@ class Worker:
     ) -> None:
         self.app = app
         self.config = config or WorkerConfig(pool="threads")
+        # The producer's check (made with the app, its tasks, and at its first send): a worker
+        # refuses exactly what a producer of the same app would have refused.
+        check_app(app)
         self.config.validate(app, app.adapter_class)
         #: Messages held at once now: the configured prefetch, or the automatic one's value.
         self._budget = self.config.prefetch
@@ -224,11 +228,7 @@ class Worker:
         :raises BrokerUnavailable: the broker stayed unreachable for ``broker_timeout``.
         """
         cfg = self.config
-        if self.app.result_store_url is None and any(
-            t.store_results for t in self.app.tasks.values()
-        ):
-            self.app.results()  # raises: no store, one clear error, now
-        self.pacer.check()  # likewise: a rate limit with nowhere to share it
+        check_app(self.app)  # again: the app may have changed since the worker was made
         if not self.connection.open(lambda: bool(self._stop_requested), self._pause):
             log.info("worker %s stopped before the broker could be reached", self.worker_id)
             return 0
