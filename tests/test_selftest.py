@@ -9,6 +9,10 @@ pytest subprocess (pytester) on a ``broken-…:///`` URL -- a subprocess so that
 scenarios start -- and the test asserts exactly which named scenarios fail and which pass.
 The same selection against the real ``sqlite:///`` adapter passes (the control).
 
+``tests/selftest/lock_holding_adapters.py`` adds one on PostgreSQL (a schema of its own on the
+shared server): the real adapter whose receive keeps its transaction open until the next
+settlement; both levels must name the held lock in words.
+
 Only a few cases per adapter run, under a time scale of 0.5 (leases of 0.5 s, a patience of
 15 s), so that the whole module stays around two minutes.  Most failures show as a timeout of
 that patience: the scenario waits for an event the broken adapter never lets happen.
