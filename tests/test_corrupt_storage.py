@@ -170,6 +170,59 @@ def test_stats_and_dead_letter_listing_survive_rows_ackwise_did_not_write(tmp_pa
         app.close()
 
 
+# -- what the driver leaves behind -------------------------------------------------------------
+def test_the_driver_deletes_the_queue_it_made_on_sqlite(tmp_path: Path) -> None:
+    db = tmp_path / "broker.db"
+    outcome = drain_among_corrupt(f"sqlite:///{db}", [(b"no envelope", {})], _writer(db))
+    with sqlite3.connect(db) as conn:
+        dump = "\n".join(conn.iterdump())
+        registered = [name for (name,) in conn.execute("SELECT name FROM ackwise_queues")]
+    assert outcome.queue not in dump, f"left in {db}: {_lines_with(dump, outcome.queue)}"
+    assert registered == []
+
+
+def _writer(db: Path) -> Callable[[str, tuple[bytes, dict[str, Any]]], bytes]:
+    return lambda q, r: _write_row(db, q, dict_copy(r))
+
+
+def _lines_with(text: str, needle: str) -> list[str]:
+    return [line for line in text.splitlines() if needle in line]
+
+
+def test_the_driver_deletes_the_queue_it_made_on_postgresql(pg_schema_url: str) -> None:
+    """On a network broker too: no message row and no registry row of its queue are left."""
+    psycopg = pytest.importorskip("psycopg")
+
+    def write(queue: str, record: tuple[bytes]) -> bytes:
+        with psycopg.connect(pg_schema_url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO ackwise_messages (queue, id, body, state, available_at, enqueued_at)"
+                " VALUES (%s, %s, %s, 0, 0, 0)",
+                (queue, uuid.uuid4().hex, record[0]),
+            )
+        return record[0]
+
+    outcome = drain_among_corrupt(pg_schema_url, [(b"no envelope",), (b"\x00",)], write)
+    assert {d.reason for d in outcome.dead} == {"decode_error"}
+    with psycopg.connect(pg_schema_url) as conn:
+        # Every row of every table of the test's schema, as text: none may name the queue.
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            )
+        ]
+        left = [
+            f"{table}: {row}"
+            for table in tables
+            for (row,) in conn.execute(f"SELECT CAST(t AS text) FROM {table} AS t")
+            if outcome.queue in row
+        ]
+    assert "ackwise_queues" in tables
+    assert left == [], f"drain_among_corrupt left rows of its queue {outcome.queue}"
+
+
 # -- memory ------------------------------------------------------------------------------------
 memory_entries = st.one_of(
     st.none(),

@@ -9,6 +9,10 @@ pytest subprocess (pytester) on a ``broken-…:///`` URL -- a subprocess so that
 scenarios start -- and the test asserts exactly which named scenarios fail and which pass.
 The same selection against the real ``sqlite:///`` adapter passes (the control).
 
+``tests/selftest/lock_holding_adapters.py`` adds one on PostgreSQL (a schema of its own on the
+shared server): the real adapter whose receive keeps its transaction open until the next
+settlement; both levels must name the held lock in words.
+
 Only a few cases per adapter run, under a time scale of 0.5 (leases of 0.5 s, a patience of
 15 s), so that the whole module stays around two minutes.  Most failures show as a timeout of
 that patience: the scenario waits for an event the broken adapter never lets happen.
@@ -156,15 +160,24 @@ _VERDICT = re.compile(r"^test_conformance\.py::(\S+) (PASSED|FAILED|ERROR|SKIPPE
 
 
 def run_conformance(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, scheme: str, tests: list[str]
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    scheme: str,
+    tests: list[str],
+    *,
+    module: str | None = None,
+    plugin: str = PLUGIN,
 ) -> tuple[pytest.RunResult, dict[str, str]]:
-    """Run ``tests`` of the conformance module on ``scheme`` in a pytest subprocess."""
-    monkeypatch.setenv("ACKWISE_PLUGINS", PLUGIN)
+    """Run ``tests`` of the conformance module on ``scheme`` in a pytest subprocess
+    (``module``: another test module's text instead, its broker fixed; ``plugin``: the
+    selftest module that registers the scheme)."""
+    monkeypatch.setenv("ACKWISE_PLUGINS", plugin)
     monkeypatch.setenv(
         "PYTHONPATH",
         os.pathsep.join(filter(None, [str(SELFTEST_DIR), os.environ.get("PYTHONPATH")])),
     )
-    pytester.makepyfile(test_conformance=CONFORMANCE_MODULE.format(scheme=scheme, scale=TIME_SCALE))
+    text = module or CONFORMANCE_MODULE.format(scheme=scheme, scale=TIME_SCALE)
+    pytester.makepyfile(test_conformance=text)
     result = pytester.runpytest_subprocess(
         "-v",
         "-rfE",
@@ -247,3 +260,82 @@ def test_a_broker_counting_only_its_own_deliveries_gets_no_false_failure(
     in-flight count (they failed with "removed the newer delivery" claims it never saw)."""
     result, verdicts = run_conformance(pytester, monkeypatch, "own-in-flight", IN_FLIGHT_CASES)
     assert verdicts == dict.fromkeys(IN_FLIGHT_CASES, "PASSED"), result.stdout.str()[-6000:]
+
+
+# -- a broker-side lock held across round trips --------------------------------------------------
+
+#: The conformance module on one PostgreSQL URL ({url}; {scale} the time scale).
+URL_MODULE = """
+import pytest
+
+from ackwise import open_adapter
+from ackwise_conformance import AdapterConformance
+from ackwise_conformance.crash import CrashConformance
+from ackwise_conformance.harness import SimpleBroker
+
+URL = {url!r}
+
+
+class TestCrash(CrashConformance):
+    @pytest.fixture
+    def time_scale(self):
+        return {scale!r}
+
+    @pytest.fixture
+    def broker(self):
+        return SimpleBroker(URL)
+
+
+class TestSPI(AdapterConformance):
+    @pytest.fixture
+    def time_scale(self):
+        return {scale!r}
+
+    @pytest.fixture
+    def adapter_factory(self):
+        return lambda: open_adapter(URL)
+"""
+
+#: The lease-expiry check of level 1 (an idle consumer) and the pause past the lease of level 2
+#: (a SIGSTOPped worker) -> the words each must report about the held lock.
+HELD_LOCK = {
+    f"{SPI}::test_unsettled_delivery_is_redelivered_after_lease_with_attempt_plus_one": (
+        "became receivable only after the idle consumer's connection closed: the adapter holds "
+        "a broker-side lock (an open transaction or a row lock) across round trips"
+    ),
+    f"{CRASH}[C07-LATE]": (
+        "became receivable only after frozen worker 0's connection closed: the adapter holds "
+        "a broker-side lock (an open transaction or a row lock) across round trips"
+    ),
+}
+
+
+@pytest.mark.slow
+def test_a_lock_held_across_round_trips_is_named_by_both_levels(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, pg_schema_url: str
+) -> None:
+    """``lock-holding-postgresql`` (tests/selftest/lock_holding_adapters.py) keeps its receive's
+    transaction open until the next settlement: a consumer frozen (or idle) while it holds a
+    delivery keeps its row locked, and ``SKIP LOCKED`` passes it by for ever.  Both levels
+    fail it, and say it is a lock held across round trips, not a lost message."""
+    url = f"lock-holding-{pg_schema_url}"
+    module = URL_MODULE.format(url=url, scale=TIME_SCALE)
+    result, verdicts = run_conformance(
+        pytester, monkeypatch, url, list(HELD_LOCK), module=module, plugin="lock_holding_adapters"
+    )
+    assert verdicts == dict.fromkeys(HELD_LOCK, "FAILED"), result.stdout.str()[-6000:]
+    out = result.stdout.str()
+    for test_id, words in HELD_LOCK.items():
+        assert words in out, f"{test_id}: {words!r} not reported:\n{out[-6000:]}"
+    assert out.count("docs/conformance.md#a-frozen-client-holds-no-lock") >= len(HELD_LOCK)
+
+
+@pytest.mark.slow
+def test_control_the_held_lock_selection_passes_on_the_real_postgresql_adapter(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, pg_schema_url: str
+) -> None:
+    module = URL_MODULE.format(url=pg_schema_url, scale=TIME_SCALE)
+    result, verdicts = run_conformance(
+        pytester, monkeypatch, pg_schema_url, list(HELD_LOCK), module=module
+    )
+    assert verdicts == dict.fromkeys(HELD_LOCK, "PASSED"), result.stdout.str()[-6000:]

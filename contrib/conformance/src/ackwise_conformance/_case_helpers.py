@@ -37,10 +37,13 @@ def pause_outside_writes(h: Harness, process: Any, probe_timeout: float, name: s
     probe write cannot get through within ``probe_timeout``, the process is resumed for a
     moment and stopped again.
 
-    A client of a broker over the network holds no lock of the broker's while it is frozen,
-    so it is stopped once, without a probe: there a probe slower than its timeout (SQS on a
-    loaded machine) would only resume the process in slices, until its lease lapsed and its
-    own receive took the redelivery the scenario waits for another worker to run.
+    An adapter of a broker over the network must hold no lock of the broker's past one round
+    trip (docs/conformance.md#a-frozen-client-holds-no-lock), so a frozen client of one keeps
+    nothing from the others and is stopped once, without a probe: there a probe slower than
+    its timeout (SQS on a loaded machine) would only resume the process in slices, until its
+    lease lapsed and its own receive took the redelivery the scenario waits for another worker
+    to run.  An adapter that breaks the rule is named by the redelivery's wait
+    (:func:`~ackwise_conformance._held_lock.await_redelivery`), not hidden by a probe.
     """
     if h.broker.host is not None:
         process.signal(signal.SIGSTOP)

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from ackwise_conformance._case_helpers import executor_pid, is_early, numbered, pause_outside_writes
+from ackwise_conformance._held_lock import await_redelivery
 from ackwise_conformance.harness import (
     Harness,
     expect,
@@ -191,7 +192,9 @@ def _pause_past_lease(h: Harness) -> tuple[Any, Any, int]:
                 "EARLY: a paused worker's task must not run again",
             )
         else:
-            h.wait_for("start", key="victim", attempt=n + 1)
+            # A lock A's connection holds would keep the victim from B for as long as A is
+            # frozen: await_redelivery tells that apart from a lost delivery.
+            await_redelivery(h, a, "victim", n + 1)
             h.open_gate(f"victim-{n}")  # A's execution may finish now, B's may not
             h.wait_for("end", key="victim", attempt=n)
     finally:

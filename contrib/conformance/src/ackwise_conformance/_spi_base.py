@@ -23,6 +23,7 @@ from ackwise import (
     QueueStats,
 )
 from ackwise.errors import AdapterError, StaleReceipt
+from ackwise_conformance._held_lock import held_lock_reason
 from ackwise_conformance.helpers import eventually
 
 __all__ = ["AdapterFactory", "SPIBase"]
@@ -326,6 +327,34 @@ class SPIBase:
             adapter.close()
             adapter.open()
 
+    def take_redelivery(
+        self, holder: Adapter, other: Adapter, queue: str, *, lease: float | None = None
+    ) -> Delivery:
+        """``other`` receives the one delivery whose lease ``holder`` let end while idle.
+
+        ``holder`` makes no call meanwhile: a client frozen between two calls.  When nothing
+        comes within the lease and the patience, ``holder`` is closed and ``other`` looks
+        again: a delivery that comes now was kept by a lock the broker held for ``holder``'s
+        connection, and the failure says so (docs/conformance.md#a-frozen-client-holds-no-lock).
+        Where leases last as long as the connection, ``holder`` lost it already: nothing to
+        tell apart.
+        """
+        timeout = self.lease_s + self.patience
+        try:
+            (new,) = self.take(other, queue, lease=lease, timeout=timeout)
+            return new
+        except AssertionError as exc:
+            if self.connection_leases(holder):
+                raise
+            missed = exc
+        holder.close()  # its transactions end, its locks go with its connection
+        if self.receive(other, queue, max_messages=1, wait=2 * self.lease_s, lease=lease):
+            raise AssertionError(
+                "broken: "
+                + held_lock_reason(f"the message of {queue}", "the idle consumer", timeout)
+            )
+        raise missed
+
     def _expire_and_redeliver(
         self, adapter: Adapter, other: Adapter, queue: str
     ) -> tuple[Delivery, Delivery]:
@@ -336,9 +365,7 @@ class SPIBase:
         adapter.publish(queue, [Outgoing("m", b"body")])
         (old,) = self.take(adapter, queue, lease=self.lease_s)
         self.lose_lease(adapter)
-        (new,) = self.take(
-            other, queue, lease=30 * self.lease_s, timeout=self.lease_s + self.patience
-        )
+        new = self.take_redelivery(adapter, other, queue, lease=30 * self.lease_s)
         assert new.message_id == old.message_id and new.body == old.body
         self.assert_attempt(other, new, old.attempt + 1)
         return old, new

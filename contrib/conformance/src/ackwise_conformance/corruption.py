@@ -21,6 +21,7 @@ Used with hypothesis, one example per queue::
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 import uuid
@@ -29,11 +30,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ackwise import Ack, App, DeadLetter, QueueSpec, open_adapter
+from ackwise.errors import AdapterError
 from ackwise.testing import InProcessWorker
 
 __all__ = ["REASONS", "CorruptionOutcome", "drain_among_corrupt"]
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 #: Dead-letter reasons a malformed record may end with: its framing is broken
 #: (``corrupt_record``), or it is framed but its body is no envelope (``decode_error``), or it
@@ -63,7 +67,11 @@ def drain_among_corrupt(
 ) -> CorruptionOutcome:
     """Publish valid tasks with ``records`` written among them; drain; check the outcome.
 
-    :param url: the broker.  A queue of its own is declared for this call and emptied after.
+    :param url: the broker.  A queue of its own is declared for this call and deleted after
+        (:meth:`~ackwise.Adapter.delete_queue`; an adapter without its own ``delete_queue``
+        gets the default, which empties the queue and its dead letters, and one whose
+        ``delete_queue`` fails leaves the queue behind, as a conformance case does).  Its
+        worker announces itself to an in-process registry: nothing of it is left on the broker.
     :param write: writes one record into the storage of the queue it is given, the way a
         foreign or broken writer would; returns the bytes the record's dead letter must
         carry, or ``None`` when that cannot be said (e.g. a record with no body at all).
@@ -73,7 +81,12 @@ def drain_among_corrupt(
     queue = f"corrupt-{uuid.uuid4().hex[:12]}"
     runs: collections.Counter[str] = collections.Counter()
     lock = threading.Lock()
-    app = App(f"corruption-{queue}", broker=url, default_queue=queue)
+    app = App(
+        f"corruption-{queue}",
+        broker=url,
+        default_queue=queue,
+        worker_registry=f"memory://{queue}",
+    )
     tasks: dict[Ack, Any] = {}
     for mode in Ack:
 
@@ -162,8 +175,9 @@ def drain_among_corrupt(
             worker.worker.request_stop(cold=True)
             worker.stop()
         try:
-            adapter.purge(queue)
-            adapter.delete_dead(queue)
+            adapter.delete_queue(queue)
+        except AdapterError as exc:
+            log.warning("could not delete queue %s (it is left on the broker): %s", queue, exc)
         finally:
             adapter.close()
             app.close()
