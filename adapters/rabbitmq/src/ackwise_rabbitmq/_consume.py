@@ -371,13 +371,17 @@ class _Consuming(_Publishing):
         one is a redelivery, which at-least-once allows): sent by this thread when the
         connection is free for it, else by the I/O thread (:meth:`_IOThread._post`).
 
-        When the I/O loop has not turned for a while (this process was paused, say), the
-        connection may be gone without the adapter knowing: then the ack waits for the I/O
-        thread to look first, so that a stale receipt is reported as such.
+        When the I/O loop has not turned for a while, or two of its turns came far apart
+        (this process was paused, say: :attr:`_doubt`), the connection may be gone without
+        the adapter knowing.  A turn after a pause does not tell: it stops at a short read,
+        and the heartbeats the broker sent before it closed the connection come before the
+        close.  Then the acks are followed by a barrier, a method the broker answers on the
+        same channel (as :meth:`ack_before_start`): its answer proves the connection alive
+        and the acks taken in, and its failure reports the receipts stale.
         """
         if not deliveries:
             return
-        if time.monotonic() - self._last_turn < _FRESH_LOOP:
+        if not self._doubt and time.monotonic() - self._last_turn < _FRESH_LOOP:
             valid, stale = self._claim(deliveries)
             if valid:
                 generation = valid[0].receipt.generation
@@ -405,10 +409,11 @@ class _Consuming(_Publishing):
             assert ch is not None
             for d in valid:
                 _pika_private.send_ack(ch, d.receipt.tag)
-            assert self._conn is not None
-            _pika_private.flush(self._conn)
+            # The barrier: same value, no change; answered after the acks were taken in.
+            ch.basic_qos(prefetch_count=self._qos)
 
         self._settle(valid, stale, run, "ack")
+        self._doubt = False  # the broker answered after the pause: the connection lives
 
     def ack_before_start(self, deliveries: Sequence[Delivery]) -> None:
         """Ack, then wait for the broker to have taken the acks in (``Ack.EARLY``).

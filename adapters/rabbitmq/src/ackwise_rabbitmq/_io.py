@@ -41,6 +41,9 @@ _CALL_SLACK = 30.0
 #: While nothing consumes, the I/O thread turns the loop (heartbeats, what the broker sent)
 #: at least this often (seconds) and callers run their calls themselves in between.
 _PRODUCER_TURN = 0.5
+#: Two turns of the loop further apart than this (seconds) make the adapter doubt the
+#: connection (:attr:`_IOThread._doubt`): the loop turns at least every 0.5 s while it runs.
+_PAUSE = 1.0
 
 
 class _ConnectionLost(Exception):
@@ -78,6 +81,11 @@ class _IOThread(Adapter):
         self._admin_ch: BlockingChannel | None = None
         self._consume_closed: str | None = None
         self._last_turn = 0.0  # when the I/O loop last took in what the socket held
+        #: Two turns of the loop came further apart than :data:`_PAUSE` (this process was
+        #: paused, say): the connection may have died meanwhile without a turn since telling
+        #: it (a turn stops at a short read, and the broker's heartbeats come before its
+        #: close), so a late ack waits for the broker's answer to a barrier until one came.
+        self._doubt = False
         #: Held by whoever touches the connection: the I/O thread as it turns the loop, or,
         #: while nothing consumes, a caller running calls itself (:meth:`_call`).
         self._io = threading.Lock()
@@ -197,6 +205,9 @@ class _IOThread(Adapter):
             self._generation += 1
             self._alive = True
             self._failure = None
+            # The handshake was the broker's answer just now: nothing to doubt yet.
+            self._doubt = False
+            self._last_turn = time.monotonic()
         ready.set()
         error: BaseException | None = None
         try:
@@ -220,7 +231,7 @@ class _IOThread(Adapter):
                     if self._driver_error is not None:
                         raise self._driver_error
                     conn.process_data_events(time_limit=0.5 if consuming else 0)
-                    self._last_turn = time.monotonic()
+                    self._turned()
                     self._run_calls()
                     if self._consume_closed is not None:
                         raise _ConnectionLost(self._consume_closed)
@@ -338,7 +349,14 @@ class _IOThread(Adapter):
                 if expired or self._closing or ready():
                     return
                 _pika_private.flush(conn, stop)
-                self._last_turn = time.monotonic()
+                self._turned()
+
+    def _turned(self) -> None:
+        """A turn of the loop ended: note when, and doubt the connection after a long gap."""
+        now = time.monotonic()
+        if now - self._last_turn > _PAUSE and self._last_turn:
+            self._doubt = True
+        self._last_turn = now
 
     def _run_calls(self, until: _Call | None = None) -> None:
         """Run the queued calls (holding :attr:`_io`), all of them or until ``until`` is done."""
@@ -419,6 +437,9 @@ class _IOThread(Adapter):
             self._calls.append(call)
             conn = self._conn
         if self._run_own_call(call):
+            # Ran here: what it queued went out, or the connection broke as it was sent (an
+            # ack sent into a connection the broker closed is not taken in: say so).
+            self._raise_for(call)
             return
         if wake:
             assert conn is not None
@@ -454,12 +475,13 @@ class _IOThread(Adapter):
             self._run_calls(until=call)
             if self._consuming:
                 _pika_private.flush(conn)  # no loop turns to send it: the I/O thread stands aside
-            self._last_turn = time.monotonic()  # its confirm wait took in what came
+            self._turned()  # its confirm wait took in what came
         except BaseException as exc:
-            # The connection broke under a call: the I/O thread shuts down on it.
-            if not call.done.is_set():
+            # The connection broke under a call, or as what it queued was sent: the I/O
+            # thread shuts down on it, and the call failed either way.
+            if call.error is None:
                 call.error = exc
-                call.done.set()
+            call.done.set()
             self._driver_error = exc
             self._wake.set()
             if not isinstance(exc, Exception):
@@ -515,16 +537,19 @@ class _IOThread(Adapter):
             thread = self._thread
             if thread is None or not thread.is_alive() or time.monotonic() > deadline:
                 raise BrokerUnavailable(f"{self.settings.where}: the I/O thread stopped answering")
-        error = call.error
-        if error is not None:
-            if isinstance(error, AdapterError):
-                raise error
-            if isinstance(error, _ConnectionLost):
-                raise TransientAdapterError(f"{self.settings.where}: {error}") from error
-            raise translate_pika_error(
-                error, self.settings.where, self.settings.password
-            ) from error
+        self._raise_for(call)
         return call.result  # type: ignore[no-any-return]
+
+    def _raise_for(self, call: _Call) -> None:
+        """Raise the error of a finished ``call``, mapped to ackwise's (none: return)."""
+        error = call.error
+        if error is None:
+            return
+        if isinstance(error, AdapterError):
+            raise error
+        if isinstance(error, _ConnectionLost):
+            raise TransientAdapterError(f"{self.settings.where}: {error}") from error
+        raise translate_pika_error(error, self.settings.where, self.settings.password) from error
 
     # -- callbacks (I/O thread) ------------------------------------------------------------
     def _on_consume_closed(self, _ch: Any, reason: BaseException) -> None:
