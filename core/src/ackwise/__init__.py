@@ -53,9 +53,8 @@ from ackwise._spi import (
     redact_url,
 )
 from ackwise._task import TRANSIENT_ERRORS, Retry, RetryPolicy, Signature, Task, TaskContext
+from ackwise._version import __version__
 from ackwise._worker import Worker, WorkerConfig
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ENVELOPE_VERSION",

@@ -4,7 +4,6 @@ announces itself), and a last time, ``stopped``, when it stops."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 import socket
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ackwise._plugins import open_worker_registry
 from ackwise._presence import HEARTBEAT, WorkerInfo, WorkerRegistry
+from ackwise._version import __version__
 from ackwise.errors import AckwiseError
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class Announcer:
         self.snapshot = snapshot
         self.every = every
         self.started_at = time.time()
-        self.version = _version()
+        self.version = __version__
         self._registry: WorkerRegistry | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -126,10 +126,3 @@ class Announcer:
                 registry.close()
             except AckwiseError:  # pragma: no cover
                 pass
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("ackwise")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - run from a tree
-        return "unknown"

@@ -27,6 +27,7 @@ from ackwise._logconfig import configure as configure_logging
 from ackwise._logconfig import parse_level
 from ackwise._plugins import ENTRY_POINT_GROUP, get_plugins
 from ackwise._spi import QueueStats, redact_url
+from ackwise._version import __version__
 from ackwise.errors import AckwiseError
 
 log = logging.getLogger("ackwise")
@@ -383,8 +384,10 @@ def version_lines() -> list[str]:
         dist = ep.dist
         name, version = (dist.name, dist.version) if dist is not None else ("?", "?")
         dists.setdefault(name, (version, []))[1].append(ep.name)
-    core_version, core_plugins = dists.pop("ackwise", (_core_version(), ["ackwise"]))
-    lines = [f"ackwise {core_version}{describe(core_plugins)}"]
+    # ackwise's own line reads the version from the source (the one place it is written), not
+    # from the installed metadata, which an editable install leaves behind after a bump.
+    _, core_plugins = dists.pop("ackwise", ("", ["ackwise"]))
+    lines = [f"ackwise {__version__}{describe(core_plugins)}"]
     for name in sorted(dists):
         version, names = dists[name]
         lines.append(f"{name} {version}{describe(sorted(names))}")
@@ -397,17 +400,6 @@ def version_lines() -> list[str]:
         lines.append(trouble)
     lines.append(f"Python {platform.python_version()} ({platform.python_implementation()})")
     return lines
-
-
-def _core_version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("ackwise")
-    except metadata.PackageNotFoundError:  # run from a source tree
-        from ackwise import __version__
-
-        return __version__
 
 
 if __name__ == "__main__":  # pragma: no cover

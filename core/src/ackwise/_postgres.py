@@ -54,7 +54,7 @@ class PgStoreLink:
             import psycopg
         except ImportError as exc:
             raise ConfigurationError(
-                f"the PostgreSQL {self.what} needs psycopg: pip install 'psycopg[binary]'"
+                f"the PostgreSQL {self.what} needs psycopg: pip install 'ackwise[postgresql]'"
             ) from exc
         self._psycopg: Any = psycopg
         try:

@@ -27,11 +27,26 @@ _KNOWN_DISTRIBUTIONS = {
     "redis": "ackwise-redis",
     "rediss": "ackwise-redis",
     "unix": "ackwise-redis",
+    "redis+cluster": "ackwise-redis",
+    "rediss+cluster": "ackwise-redis",
+    "redis+sentinel": "ackwise-redis",
+    "rediss+sentinel": "ackwise-redis",
     "amqp": "ackwise-rabbitmq",
     "amqps": "ackwise-rabbitmq",
     "sqs": "ackwise-sqs",
+    "postgresql": "ackwise-postgresql",
+    "postgres": "ackwise-postgresql",
+    "nats": "ackwise-nats",
+    "nats+tls": "ackwise-nats",
 }
-_EXTRAS = {"ackwise-redis": "redis", "ackwise-rabbitmq": "rabbitmq", "ackwise-sqs": "sqs"}
+# The extra of ackwise that installs each (core/pyproject.toml; tests/test_packaging.py checks).
+_EXTRAS = {
+    "ackwise-redis": "redis",
+    "ackwise-rabbitmq": "rabbitmq",
+    "ackwise-sqs": "sqs",
+    "ackwise-postgresql": "postgresql",
+    "ackwise-nats": "nats",
+}
 
 
 @dataclass(frozen=True)

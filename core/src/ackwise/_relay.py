@@ -39,7 +39,7 @@ class Relay:
             import psycopg
         except ImportError as exc:
             raise ConfigurationError(
-                "ackwise relay needs psycopg: pip install 'psycopg[binary]'"
+                "ackwise relay needs psycopg: pip install 'ackwise[postgresql]'"
             ) from exc
         self._psycopg: Any = psycopg
         self.app = app

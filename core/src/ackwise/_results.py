@@ -385,7 +385,7 @@ class PostgresResultStore(ResultStore):
             import psycopg
         except ImportError as exc:
             raise ConfigurationError(
-                "the PostgreSQL result store needs psycopg: pip install 'psycopg[binary]'"
+                "the PostgreSQL result store needs psycopg: pip install 'ackwise[postgresql]'"
             ) from exc
         self._psycopg: Any = psycopg
         self._lock = threading.Lock()  # one connection: one statement at a time

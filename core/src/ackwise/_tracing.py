@@ -21,11 +21,12 @@ Attributes follow OpenTelemetry's messaging conventions (``messaging.system``,
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
+
+from ackwise._version import __version__
 
 __all__ = [
     "ENABLED",
@@ -87,15 +88,8 @@ def messaging_system(scheme: str) -> str:
     return _SYSTEMS.get(scheme, scheme)
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("ackwise")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - not installed
-        return "0"
-
-
 # A proxy until the application sets its tracer provider, which it then follows.
-_TRACER: Any = _trace.get_tracer("ackwise", _version()) if ENABLED else None
+_TRACER: Any = _trace.get_tracer("ackwise", __version__) if ENABLED else None
 
 
 class ProducerSpan:

@@ -1,7 +1,8 @@
 """Registers the PostgreSQL adapter: names the class by import path, imports no driver.
 
-The idempotency and result stores of ``postgresql://`` URLs are core's (``ackwise[postgres]``),
-so an app on this broker keeps its results and keys in the same database by default.
+The idempotency and result stores and the worker registry of ``postgresql://`` URLs are core's;
+they need psycopg, which this distribution brings (``ackwise[postgresql]``), so an app on this
+broker keeps its results and keys in the same database by default.
 """
 
 from __future__ import annotations
