@@ -541,7 +541,7 @@ class SQLiteLeaderLock(LeaderLock):
             )
             if cur.rowcount != 1:
                 return Claim.TAKEN
-            db.execute(_SQL_PRUNE, {"lock": name, "schedule": schedule, "keep": KEEP_FIRES - 1})
+            db.execute(_SQL_PRUNE, {"lock": name, "schedule": schedule, "keep": KEEP_FIRES})
             return Claim.CLAIMED
 
     def last_fires(self, name: str) -> dict[str, int]:
