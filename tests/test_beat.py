@@ -87,7 +87,7 @@ def test_sqlite_lock_shares_the_broker_file_without_touching_its_schema(tmp_path
 
 def test_builtin_lock_backends_register_through_the_hook():
     plugins = Plugins(autoload=False)
-    assert plugins.lock_backends.schemes() == ["memory", "sqlite"]
+    assert plugins.lock_backends.schemes() == ["memory", "postgres", "postgresql", "sqlite"]
     entry = plugins.lock_backends.get("sqlite")
     assert entry.plugin == "ackwise" and entry.import_path == "ackwise._locks:SQLiteLeaderLock"
 

@@ -115,7 +115,7 @@ class LeaderLockConformance:
         # Eight beat processes starting together, each with its own connection to the store:
         # one gets the lock, the others are told it is held; nobody gets an error.
         locks = [open_lock(lock_url) for _ in range(8)]
-        answers: dict[int, int | None | BaseException] = {}
+        answers: dict[int, int | BaseException | None] = {}
         start = threading.Barrier(len(locks))
 
         def race(i: int) -> None:
