@@ -257,6 +257,15 @@ def test_a_black_holed_connection_fails_within_the_lock_timeout_and_recovers(
         assert lock.renew(name, "t1", LONG_TTL) is True
         info = lock.info(name)
         assert info is not None and info.owner == "a"
+        # Closed and used again: the next statement is watched as well.
+        lock.close()
+        assert lock.renew(name, "t1", LONG_TTL) is True
+        proxy.blackhole(30.0)
+        began = time.monotonic()
+        with pytest.raises(TransientAdapterError, match=r"no answer within 0\.3s"):
+            lock.info(name)
+        assert time.monotonic() - began < 2.0
+        proxy.heal()
         lock.delete(name)
         lock.close()
 

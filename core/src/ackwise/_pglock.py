@@ -31,6 +31,7 @@ import math
 import os
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -160,13 +161,60 @@ def _errors(psycopg: Any) -> ErrorTable:
     }
 
 
-def _shut(fd: int) -> None:
-    """Shut the socket ``fd`` down, so a call blocked on it returns at once with an error.
+class _Watchdog:
+    """Shut a connection's socket down when a statement overruns its time (one thread).
 
-    On a duplicate of the descriptor: the connection's own stays open for its owner to close.
+    The thread is started once and armed and disarmed around each statement, so a statement
+    pays for no thread start (which waits for the scheduler on a busy host).  Firing and
+    disarming take the same lock: once :meth:`disarm` returns, the socket is left alone.
     """
-    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as sock:
-        sock.shutdown(socket.SHUT_RDWR)
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._fd: int | None = None
+        self._deadline = 0.0
+        self._fired = False
+        self._closed = False
+
+    def arm(self, fd: int, timeout: float) -> None:
+        with self._cond:
+            self._closed = False  # a thread told to stop but not yet gone goes on watching
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._watch, name="ackwise-pglock-watchdog", daemon=True
+                )
+                self._thread.start()
+            self._fd, self._deadline, self._fired = fd, time.monotonic() + timeout, False
+            self._cond.notify()
+
+    def disarm(self) -> bool:
+        """Stop watching; return whether the socket was shut down."""
+        with self._cond:
+            self._fd = None
+            return self._fired
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed, self._fd = True, None
+            self._cond.notify()
+
+    def _watch(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if self._fd is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                # On a duplicate of the descriptor: the connection's own stays open for its
+                # owner to close.  A blocked call on it returns at once with an error.
+                with contextlib.suppress(OSError), socket.socket(fileno=os.dup(self._fd)) as s:
+                    s.shutdown(socket.SHUT_RDWR)
+                self._fd, self._fired = None, True
+            self._thread = None
 
 
 class PostgresLeaderLock(LeaderLock):
@@ -186,6 +234,7 @@ class PostgresLeaderLock(LeaderLock):
         self._conn: Any = None
         self._schema_ready = False
         self._mutex = threading.Lock()  # one connection: one statement at a time
+        self._watchdog = _Watchdog()
 
     def __repr__(self) -> str:
         return f"<PostgresLeaderLock {self.url}>"
@@ -236,6 +285,7 @@ class PostgresLeaderLock(LeaderLock):
     def close(self) -> None:
         with self._mutex:
             self._drop()
+            self._watchdog.close()
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -252,18 +302,8 @@ class PostgresLeaderLock(LeaderLock):
 
     def _run_locked(self, sql: str, params: Mapping[str, Any] | None) -> Any:
         conn, timeout = self._conn, self.timeout
-        cut = threading.Event()
-        timer: threading.Timer | None = None
         if timeout is not None:
-            fd = conn.fileno()
-
-            def watchdog() -> None:
-                cut.set()
-                _shut(fd)
-
-            timer = threading.Timer(timeout, watchdog)
-            timer.daemon = True
-            timer.start()
+            self._watchdog.arm(conn.fileno(), timeout)
         cursor: Any = None
         failure: BaseException | None = None
         try:
@@ -271,17 +311,15 @@ class PostgresLeaderLock(LeaderLock):
         except Exception as exc:  # mapped below, once the watchdog is done with the socket
             failure = exc
         finally:
-            if timer is not None:
-                timer.cancel()
-                timer.join()
-        if failure is None and not cut.is_set():
+            cut = timeout is not None and self._watchdog.disarm()
+        if failure is None and not cut:
             return cursor
         # A connection that failed, or that the watchdog shut, is not used again: its next
         # answer could be the late one of this statement.
         psycopg = self._driver()
         if failure is None or conn.broken or isinstance(failure, psycopg.OperationalError):
             self._drop()
-        if cut.is_set():
+        if cut:
             if failure is None:
                 return cursor  # the answer came in just before the socket was shut
             raise TransientAdapterError(
