@@ -87,7 +87,7 @@ def test_sqlite_lock_shares_the_broker_file_without_touching_its_schema(tmp_path
 
 def test_builtin_lock_backends_register_through_the_hook():
     plugins = Plugins(autoload=False)
-    assert plugins.lock_backends.schemes() == ["memory", "sqlite"]
+    assert plugins.lock_backends.schemes() == ["memory", "postgres", "postgresql", "sqlite"]
     entry = plugins.lock_backends.get("sqlite")
     assert entry.plugin == "ackwise" and entry.import_path == "ackwise._locks:SQLiteLeaderLock"
 
@@ -548,6 +548,32 @@ def test_catch_up_fires_each_missed_tick_bounded_by_the_limit():
     _drive([a], clock, 0.1)  # 10 missed: the newest 4
     seconds = [int(f["fire_time"][17:19]) for f in _fired(app)]
     assert seconds == [1, 2, 3, 10, 11, 12, 13]
+
+
+def test_a_catch_up_slower_than_the_ttl_renews_the_lock_between_claims():
+    # A store that takes 0.1 s a claim (a loaded database): catching up on 60 missed ticks
+    # takes 6 s, twice the TTL.  The leader must renew as it goes, not lose the lock halfway
+    # and leave the rest to a handover (which, repeated, never catches up).
+    clock = FakeClock(utc(2025, 1, 1, 12))
+    app, store = _app(every=1.0, missed="catch_up"), uuid.uuid4().hex
+    a = _beat(app, clock, store)
+    real_claim = a.lock.claim
+
+    def slow_claim(*args):
+        clock.advance(0.1)
+        return real_claim(*args)
+
+    a.lock.claim = slow_claim  # type: ignore[method-assign]
+    _drive([a], clock, 1.2)
+    assert a.is_leader and len(_fired(app)) == 1
+    clock.advance(60.0)  # frozen: the lock expired, 60 ticks passed unfired
+    a.run_once()  # takes the lock again and catches up, in one pass
+    assert a.is_leader
+    fires = _fired(app)
+    assert [f["fire_time"][11:19] for f in fires] == [
+        (utc(2025, 1, 1, 12) + dt.timedelta(seconds=s)).isoformat()[11:19] for s in range(2, 62)
+    ]
+    assert {f["fence"] for f in fires} == {2}
 
 
 def test_a_new_leader_continues_from_the_fires_recorded_in_the_store():

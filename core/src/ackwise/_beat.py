@@ -34,7 +34,8 @@ __all__ = ["Beat", "BeatConfig", "add_parser", "format_schedules"]
 
 log = logging.getLogger(__name__)
 
-#: Claims one pass of the loop makes at most, so a long catch-up never delays a renewal.
+#: Claims one pass of the loop makes at most, so a long catch-up leaves room for the rest of
+#: the loop (publish retries, a stop request); the lock is renewed between claims as well.
 CLAIMS_PER_PASS = 100
 #: Publish attempts of a claimed fire before it is given up (logged as an error).
 PUBLISH_ATTEMPTS = 5
@@ -286,6 +287,10 @@ class Beat:
                         p.catch_up_limit,
                     )
             for fire in due[:budget]:
+                # Renew when due between claims: a catch-up on a slow store can take longer
+                # than the TTL, and a lock lost halfway is a handover that starts behind again.
+                if not lead.maintain():
+                    return
                 result = lead.claim(p.name, to_us(fire))
                 if result is Claim.NOT_HOLDER:
                     return

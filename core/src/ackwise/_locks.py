@@ -16,7 +16,8 @@ judges it by ``time.monotonic()``, deadline = the monotonic time when the acquir
 *started* + ttl, so it always believes it is leader for less time than the store does.  It
 steps down the moment a renewal fails or the deadline passes, and keeps running as a
 follower.  Backends are plugins (hook ``ackwise_register_lock_backends``); the built-in ones
-are ``memory://`` (one process) and ``sqlite:///`` (the broker's file).
+are ``memory://`` (one process) and ``sqlite:///`` (the broker's file), here, and
+``postgresql://`` (:mod:`ackwise._pglock`).
 """
 
 from __future__ import annotations
@@ -541,7 +542,7 @@ class SQLiteLeaderLock(LeaderLock):
             )
             if cur.rowcount != 1:
                 return Claim.TAKEN
-            db.execute(_SQL_PRUNE, {"lock": name, "schedule": schedule, "keep": KEEP_FIRES - 1})
+            db.execute(_SQL_PRUNE, {"lock": name, "schedule": schedule, "keep": KEEP_FIRES})
             return Claim.CLAIMED
 
     def last_fires(self, name: str) -> dict[str, int]:

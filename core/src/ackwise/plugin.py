@@ -33,3 +33,5 @@ def ackwise_register_adapters(registry: AdapterRegistry) -> None:
 def ackwise_register_lock_backends(registry: LockRegistry) -> None:
     registry.add("memory", "ackwise._locks:MemoryLeaderLock", distribution="ackwise")
     registry.add("sqlite", "ackwise._locks:SQLiteLeaderLock", distribution="ackwise")
+    registry.add("postgresql", "ackwise._pglock:PostgresLeaderLock", distribution="ackwise")
+    registry.add("postgres", "ackwise._pglock:PostgresLeaderLock", distribution="ackwise")

@@ -15,6 +15,7 @@ number that goes back after a release or an expiry, and fires claimed by a non-h
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -28,6 +29,8 @@ __all__ = ["LeaderLockConformance"]
 #: A TTL short enough to wait out in a test, long enough for a loaded machine's round trips.
 SHORT_TTL = 0.3
 LONG_TTL = 30.0
+#: Claimed fires a store keeps per schedule at least (docs/periodic.md: the newest 64).
+KEEP_FIRES = 64
 
 
 class LeaderLockConformance:
@@ -105,6 +108,39 @@ class LeaderLockConformance:
         self._expire(lock, name)
         third = lock.acquire(name, "t3", LONG_TTL, "a")
         assert third is not None and third > second
+
+    def test_acquirers_racing_on_their_own_connections_elect_one_holder(
+        self, lock_url: str, name: str
+    ) -> None:
+        # Eight beat processes starting together, each with its own connection to the store:
+        # one gets the lock, the others are told it is held; nobody gets an error.
+        locks = [open_lock(lock_url) for _ in range(8)]
+        answers: dict[int, int | BaseException | None] = {}
+        start = threading.Barrier(len(locks))
+
+        def race(i: int) -> None:
+            try:
+                locks[i].timeout = 5.0
+                locks[i].open()
+                start.wait(10)
+                answers[i] = locks[i].acquire(name, f"t{i}", LONG_TTL, f"host:{i}")
+            except BaseException as exc:  # reported below, with the others' answers
+                answers[i] = exc
+
+        threads = [threading.Thread(target=race, args=(i,)) for i in range(len(locks))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        try:
+            fences = [a for a in answers.values() if a is not None]
+            assert len(answers) == len(locks) and len(fences) == 1, f"answers: {answers}"
+            (winner,) = (i for i, a in answers.items() if a is not None)
+            info = locks[0].info(name)
+            assert info is not None and (info.owner, info.fence) == (f"host:{winner}", fences[0])
+        finally:
+            for each in locks:
+                each.close()
 
     def test_a_free_lock_has_no_holder(self, lock: LeaderLock, name: str) -> None:
         assert lock.info(name) is None
@@ -203,3 +239,15 @@ class LeaderLockConformance:
         assert lock.claim(name, "t1", "nightly", 7) is Claim.CLAIMED
         assert lock.last_fires(name) == {"every": 200_000_000, "nightly": 7}
         assert lock.last_fires(f"{name}.other") == {}
+
+    def test_the_newest_fires_stay_claimed_when_older_ones_are_pruned(
+        self, lock: LeaderLock, name: str
+    ) -> None:
+        # A store prunes old claims, but never one of the newest KEEP_FIRES of a schedule: a
+        # leader catching up on up to that many ticks must find each of them claimed once.
+        assert lock.acquire(name, "t1", LONG_TTL, "a") is not None
+        for t in range(1, 201):
+            assert lock.claim(name, "t1", "every", t) is Claim.CLAIMED
+        kept = range(200 - KEEP_FIRES + 1, 201)
+        again = {t: lock.claim(name, "t1", "every", t) for t in kept}
+        assert {t: c for t, c in again.items() if c is not Claim.TAKEN} == {}
