@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -635,6 +636,56 @@ def test_lost_ownership_makes_the_beat_a_follower_instead_of_crashing():
     failing["on"] = False
     _drive([a], clock, 4.0)  # store back; the old lock expired: leader again
     assert a.is_leader and a.leadership.fence == 2
+
+
+def _failing_claims(beat: Beat, fate: Callable[[int], str]) -> None:
+    """Have ``beat``'s claims fail as ``fate(n)`` says of its n-th claim (from 1): ``"ok"``,
+    ``"lost"`` (the store records it, then the answer is lost: a timeout, a cut connection)
+    or ``"down"`` (the store is not reached)."""
+    real_claim = beat.lock.claim
+    count = [0]
+
+    def claim(*args):
+        count[0] += 1
+        what = fate(count[0])
+        if what == "down":
+            raise TransientAdapterError("lock store unreachable")
+        result = real_claim(*args)
+        if what == "lost":
+            raise TransientAdapterError("lock store: the connection broke before the answer")
+        return result
+
+    beat.lock.claim = claim  # type: ignore[method-assign]
+
+
+def test_a_claim_whose_answer_was_lost_is_fired_once_when_the_store_answers_again():
+    # The store recorded the claim, its answer was lost (a timeout under load, a cut): the
+    # beat steps down, asks again with the same token, and fires it (B04 on a loaded host:
+    # the new leader's first claim timed out and its tick was never fired).
+    clock = FakeClock(utc(2025, 1, 1, 12))
+    app, store = _app(every=1.0, missed="catch_up"), uuid.uuid4().hex
+    a = _beat(app, clock, store)
+    _failing_claims(a, lambda n: "lost" if n == 3 else "ok")
+    _drive([a], clock, 8.0)
+    fires = _fired(app)
+    assert [int(f["fire_time"][17:19]) for f in fires] == list(range(1, 9))
+
+
+def test_a_claim_whose_answer_was_lost_is_given_up_once_the_lock_moved_on():
+    # The store stays out of reach of the beat that made the claim until another leads: what
+    # the lost attempt did cannot be known then, so its tick is given up, never fired twice.
+    clock = FakeClock(utc(2025, 1, 1, 12))
+    app, store = _app(every=1.0, missed="catch_up"), uuid.uuid4().hex
+    a, b = _beat(app, clock, store), _beat(app, clock, store)
+    _drive([a], clock, 2.5)  # a fires 12:00:01 and 12:00:02
+    down = [True]
+    _failing_claims(a, lambda n: "lost" if n == 1 else ("down" if down[0] else "ok"))
+    _drive([a], clock, 0.6)  # the claim of 12:00:03 is recorded, its answer lost
+    _drive([b], clock, 5.0)  # a's lock expires in the store; b leads from what it records
+    down[0] = False
+    _drive([a, b], clock, 1.0)
+    seconds = [int(f["fire_time"][17:19]) for f in _fired(app)]
+    assert seconds == [1, 2, *range(4, 10)]
 
 
 def test_a_schedule_never_fired_starts_at_its_next_tick():

@@ -98,6 +98,16 @@ class _Pending:
     attempts: int = 0
 
 
+@dataclass
+class _Unsure:
+    """A claim whose answer was lost (the store failed transiently): it may be recorded."""
+
+    periodic: Periodic
+    fire: dt.datetime
+    token: str
+    fence: int | None
+
+
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(UTC)
 
@@ -143,6 +153,7 @@ class Beat:
         self._stop = threading.Event()
         self._last: dict[str, dt.datetime] = {}
         self._pending: list[_Pending] = []
+        self._unsure: _Unsure | None = None
         self._next_acquire = 0.0
         self._store_failing = False
 
@@ -209,7 +220,13 @@ class Beat:
         return 0
 
     def shutdown(self) -> None:
-        """Release the lock (compare-and-delete) and close connections."""
+        """Publish what this process claimed and has not published yet (one more try), release
+        the lock (compare-and-delete) and close connections."""
+        try:
+            self._resolve_unsure()
+            self._retry_pending()
+        except AdapterError as exc:  # pragma: no cover - both log and keep what they cannot do
+            log.warning("beat: finishing its claimed fires failed: %s", exc)
         try:
             self.leadership.release()
         except AdapterError as exc:
@@ -223,6 +240,10 @@ class Beat:
     def run_once(self) -> float:
         """One pass: keep or seek the lock, fire what is due; return seconds to sleep."""
         lead = self.leadership
+        if self._unsure is not None:
+            # Before any new election: asked with the token it was made with, which may still
+            # hold the lock in the store though this process stepped down.
+            self._resolve_unsure()
         if lead.token is not None:
             lead.maintain()
         if lead.token is None and self.clock() >= self._next_acquire:
@@ -291,7 +312,13 @@ class Beat:
                 # than the TTL, and a lock lost halfway is a handover that starts behind again.
                 if not lead.maintain():
                     return
-                result = lead.claim(p.name, to_us(fire))
+                token, fence = lead.token, lead.fence
+                try:
+                    result = lead.claim(p.name, to_us(fire))
+                except AdapterError as exc:
+                    if exc.transient and token is not None:
+                        self._unsure = _Unsure(p, fire, token, fence)
+                    raise
                 if result is Claim.NOT_HOLDER:
                     return
                 self._last[p.name] = fire
@@ -299,22 +326,56 @@ class Beat:
                 if result is Claim.TAKEN:
                     log.info("schedule %s: %s was fired already", p.name, fire.isoformat())
                     continue
-                self._publish(
-                    _Pending(
-                        p,
-                        fire,
-                        {
-                            "idempotency_key": p.key(fire),
-                            "beat": {
-                                "schedule": p.name,
-                                "fire_time": fire.isoformat(),
-                                "fence": lead.fence,
-                            },
-                        },
-                    )
-                )
+                self._publish(self._fire(p, fire, fence))
             if budget <= 0:
                 return
+
+    def _resolve_unsure(self) -> None:
+        """Ask the store again, with the same token, for a claim whose answer was lost.
+
+        The claim is atomic with the token check: ``NOT_HOLDER`` means the lock moved on (what
+        the lost attempt did cannot be known: the fire is given up, at most one per leader
+        change).  Otherwise the token still holds the lock, and while it does only it can claim
+        fires newer than those the store held when it was elected: ``CLAIMED`` (the lost
+        attempt recorded nothing) and ``TAKEN`` (it did) both make the fire this process's,
+        and it is published now.  A store still failing is asked again on the next pass.
+        """
+        u = self._unsure
+        if u is None:
+            return
+        try:
+            result = self.lock.claim(self.lock_name, u.token, u.periodic.name, to_us(u.fire))
+        except AdapterError as exc:
+            if exc.transient:
+                return
+            result = Claim.NOT_HOLDER
+        self._unsure = None
+        if result is Claim.NOT_HOLDER:
+            log.warning(
+                "schedule %s: the fire for %s is lost: the answer to its claim was lost and the "
+                "lock moved to another holder before it could be asked again",
+                u.periodic.name,
+                u.fire.isoformat(),
+            )
+            return
+        log.info(
+            "schedule %s: the claim of %s, whose answer was lost, is this process's (%s)",
+            u.periodic.name,
+            u.fire.isoformat(),
+            "recorded then" if result is Claim.TAKEN else "recorded now",
+        )
+        self._publish(self._fire(u.periodic, u.fire, u.fence))
+
+    def _fire(self, p: Periodic, fire: dt.datetime, fence: int | None) -> _Pending:
+        """The message of ``p``'s fire for ``fire``, claimed under ``fence``."""
+        return _Pending(
+            p,
+            fire,
+            {
+                "idempotency_key": p.key(fire),
+                "beat": {"schedule": p.name, "fire_time": fire.isoformat(), "fence": fence},
+            },
+        )
 
     def _publish(self, item: _Pending) -> None:
         p = item.periodic
