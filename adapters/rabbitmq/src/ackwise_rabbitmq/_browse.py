@@ -7,12 +7,13 @@ See the adapter's overview (:mod:`ackwise_rabbitmq._adapter`): **Stats**, **Dead
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pika.exceptions as px
@@ -115,6 +116,24 @@ class _Browsing(_Consuming):
         prefix = self.settings.prefix + "."
         return sorted(q["name"] for q in info if not q["name"].startswith(prefix))
 
+    @contextlib.contextmanager
+    def _reading_dead(self) -> Iterator[BlockingChannel]:
+        """A channel to read dead letters on with ``basic.get``: what it took and did not ack
+        goes back to the queue, in order, before this returns.
+
+        Closing the channel would return them too, but not before the next read: RabbitMQ
+        sends ``close-ok`` first and requeues when the queue hears the channel is gone, so a
+        read right after (the next listing, ``stats`` then a listing) could miss letters that
+        the queue's count shows.  A ``basic.nack`` of everything (tag 0, ``multiple``) goes
+        from the channel to the queue before the channel answers the ``basic.qos`` after it,
+        so they are back in the queue before any later request reaches it.
+        """
+        with self._temp_channel() as ch:
+            yield ch
+            if ch.is_open:
+                ch.basic_nack(delivery_tag=0, multiple=True, requeue=True)
+                ch.basic_qos(prefetch_count=0)  # the barrier: answered after the nack went
+
     def _read_dead(
         self, ch: BlockingChannel, queue: str, limit: int | None
     ) -> list[tuple[int, DeadLetter, int]]:
@@ -133,7 +152,7 @@ class _Browsing(_Consuming):
         self._check_name(queue)
 
         def run() -> list[DeadLetter]:
-            with self._temp_channel() as ch:
+            with self._reading_dead() as ch:
                 return [d for _, d, _ in self._read_dead(ch, queue, limit)]
 
         return self._call(run, timeout=120.0)
@@ -143,7 +162,7 @@ class _Browsing(_Consuming):
         wanted = set(message_ids)
 
         def run() -> int:
-            with self._temp_channel() as ch:
+            with self._reading_dead() as ch:
                 moved = 0
                 for tag, d, priority in self._read_dead(ch, queue, None):
                     if d.message_id not in wanted:
@@ -165,7 +184,7 @@ class _Browsing(_Consuming):
         wanted = set(message_ids)
 
         def run() -> int:
-            with self._temp_channel() as ch:
+            with self._reading_dead() as ch:
                 gone = 0
                 for tag, d, _ in self._read_dead(ch, queue, None):
                     if d.message_id in wanted:
