@@ -354,3 +354,27 @@ def test_a_handle_on_an_unknown_task_ends_dead_when_the_worker_gives_it_up(broke
         handle.get(timeout=5)
     assert handle.state is ResultState.DEAD
     app.close()
+
+
+def test_an_app_that_stores_no_results_writes_no_record_for_an_unknown_task(broker):
+    # Defect: a worker wrote the dead record of an unknown task whenever it had a result store
+    # (every broker with a store of its own gives one by default), so an app that stores no
+    # results left a record a day long (``ackwise conformance`` C16 on Redis:
+    # ``{ackwise:result:unknown-…}``).
+    app = App("unknown", broker=broker)
+
+    @app.task(name="known")
+    def known() -> None: ...
+
+    mid = app.send("no.such.task").id
+    with run_worker(app) as w:
+        w.join()
+    adapter = app.adapter()
+    adapter.open()
+    try:
+        [dead] = adapter.dead_letters("default")
+        assert (dead.message_id, dead.reason) == (mid, "unknown_task")
+    finally:
+        adapter.close()
+    assert app.results().get(mid) is None
+    app.close()
