@@ -38,3 +38,14 @@ def test_the_registry_hash_expires_after_its_newest_record_and_goes_when_emptied
     finally:
         registry.close()
         client.close()
+
+
+def test_a_store_namespace_is_a_longer_key_prefix_or_none_when_it_cannot_be_one() -> None:
+    from ackwise_redis._presence import RedisWorkerRegistry
+    from ackwise_redis._results import RedisResultStore
+
+    url = BrokerURL.parse("redis://h:6379/0?prefix=app")
+    for store in (RedisResultStore, RedisWorkerRegistry):
+        assert store.namespace_options(url, "run-1-q") == {"prefix": "app:run-1-q"}
+        assert store.namespace_options(url, "no spaces") == {}  # keys keep the URL's prefix
+        assert store.namespace_options(url, "x" * 64) == {}  # 64 characters at most

@@ -96,6 +96,17 @@ class WorkerRegistry(abc.ABC):
     def __init__(self, url: BrokerURL) -> None:
         self.url = url
 
+    @classmethod
+    def namespace_options(cls, url: BrokerURL, namespace: str) -> dict[str, str]:
+        """URL options under which this registry keeps its records apart, under
+        ``namespace``, from those of the registry at ``url`` (default: none, the store has no
+        namespaces).
+
+        The conformance suite adds them to the URL of a run's registry, so that the run's
+        records are named with its prefix (Redis: the key prefix).
+        """
+        return {}
+
     @abc.abstractmethod
     def open(self) -> None:
         """Connect to the registry (called once, before any other method)."""
