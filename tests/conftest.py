@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 import ackwise
+from ackwise_conformance.brokers import missing_broker
 
 
 @pytest.fixture
@@ -70,3 +72,55 @@ def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     handle = provide_or_skip("redis", tmp_dir=tmp_path_factory.mktemp("redis"), durable=False)
     yield handle
     handle.stop()
+
+
+#: The shared Redis, database 0: a test there uses a key prefix of its own (:func:`shared_redis`).
+SHARED_REDIS = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+def shared_redis() -> Iterator[Callable[[str], str]]:
+    """``url(name)``: a URL of the shared Redis whose key prefix is ``name`` and a random part.
+
+    After the test, what is left under each prefix is deleted through ackwise's own delete
+    paths (``delete_queue`` of every queue, the worker registry's ``forget``), and then the
+    prefix must hold no key: one left names a gap in those paths.
+    """
+    made: list[str] = []
+
+    def url(name: str) -> str:
+        try:
+            socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
+        except OSError:
+            missing_broker("Redis is not answering on 127.0.0.1:6379")
+        made.append(f"{SHARED_REDIS}?prefix={name}{uuid.uuid4().hex[:8]}")
+        return made[-1]
+
+    yield url
+    for made_url in made:
+        _delete_under_prefix(made_url)
+
+
+def _delete_under_prefix(url: str) -> None:
+    import redis
+
+    adapter = ackwise.open_adapter(url)
+    adapter.open()
+    try:
+        for queue in adapter.queues():
+            adapter.delete_queue(queue)
+    finally:
+        adapter.close()
+    registry = ackwise.open_worker_registry(url)
+    try:
+        registry.forget([w.id for w in registry.workers()])
+    finally:
+        registry.close()
+    prefix = ackwise.BrokerURL.parse(url).query["prefix"]
+    with redis.Redis.from_url(SHARED_REDIS) as client:
+        left = sorted(
+            k.decode()
+            for pattern in (f"{{{prefix}}}*", f"{{{prefix}:*")
+            for k in client.scan_iter(match=pattern, count=1000)
+        )
+    assert not left, f"left in the shared Redis after delete_queue and forget: {left}"

@@ -41,23 +41,11 @@ def registry_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     elif request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'q.db'}"
     elif request.param == "redis":
-        if not _answers(6379):
-            missing_broker("Redis is not answering on 127.0.0.1:6379")
-        url = f"redis://127.0.0.1:6379/0?prefix=workers{uuid.uuid4().hex[:8]}"
-        yield url
-        _forget_every_worker(url)  # the shared Redis keeps nothing of the test
+        yield request.getfixturevalue("shared_redis")("workers")
     else:
         if not _answers(5432):
             missing_broker("PostgreSQL is not answering on 127.0.0.1:5432")
         yield request.getfixturevalue("pg_schema_url")
-
-
-def _forget_every_worker(url: str) -> None:
-    registry = open_worker_registry(url)
-    try:
-        registry.forget([w.id for w in registry.workers()])
-    finally:
-        registry.close()
 
 
 def _info(wid: str, **fields: object) -> WorkerInfo:
