@@ -169,6 +169,7 @@ class Harness(BeatControl):
         self._idempotency_keys: dict[str, str] = {}  # message id -> its idempotency key
         self._store_keys: set[str] = set()  # as the idempotency store holds them
         self._result_ids: set[str] = set()  # records this case's chords leave in the store
+        self._stores_results = False  # a worker was given results=: records of any message
         self._probe: Adapter | None = None
         self._probe_thread: threading.Thread | None = None
         self._closed = False
@@ -329,6 +330,7 @@ class Harness(BeatControl):
         """Start a worker on the case's queue (``env``: more environment for its process;
         ``results``: the result store URL its tasks store their results in)."""
         self._check_open()
+        self._stores_results |= results is not None
         lease = self.lease if lease is None else lease
         index = len(self.workers)
         if not self.multi_process:
@@ -680,7 +682,11 @@ class Harness(BeatControl):
     def _forget_results(self) -> None:
         """Delete the result records (and chord counts) of every message of the case: those
         it published or sent in a chord or chain, those the journal saw run (retries, beat
-        fires) and its dead letters (a message published past the app, C16's)."""
+        fires) and its dead letters (a message published past the app, C16's).  Only records
+        a chord, a chain or a worker given ``results=`` may have written: other cases wrote
+        none."""
+        if not (self._stores_results or self._result_ids):
+            return
         ids = set(self._published) | self._result_ids
         try:
             ids |= {str(r["id"]) for r in self.journal.records() if r.get("id")}
