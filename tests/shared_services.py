@@ -206,7 +206,7 @@ def report(left: Listing) -> list[str]:
 
 
 def _under_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+    return os.environ.get("CI") == "true"  # as ackwise_conformance.brokers.missing_broker
 
 
 # -- the plugin ----------------------------------------------------------------------------

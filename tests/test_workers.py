@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,18 +19,7 @@ from ackwise import App, WorkerInfo, open_worker_registry
 from ackwise._presence import FORGET_AFTER, GONE_AFTER
 from ackwise.errors import ConfigurationError
 from ackwise.testing import run_worker
-from ackwise_conformance.brokers import missing_broker
 from ackwise_conformance.helpers import eventually
-
-PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis", "postgresql"])
@@ -43,8 +31,6 @@ def registry_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     elif request.param == "redis":
         yield request.getfixturevalue("shared_redis")("workers")
     else:
-        if not _answers(5432):
-            missing_broker("PostgreSQL is not answering on 127.0.0.1:5432")
         yield request.getfixturevalue("pg_schema_url")
 
 
