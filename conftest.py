@@ -1,4 +1,5 @@
-"""How ``scripts/test`` shares the suite between its pytest processes (pytest-xdist).
+"""How ``scripts/test`` shares the suite between its pytest processes (pytest-xdist), and the
+check of what a run left in the shared services (``tests/shared_services.py``).
 
 Every file goes to one process as a whole (``--dist loadfile``), and the crash suites go to
 one process together, one after another.  Each crash class runs its cases as one batch, eight
@@ -11,7 +12,9 @@ unit tests, they keep their timing and the run is shorter.
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+import importlib.util
+import sys
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 #: Files that run crash batches (real worker processes, signals, leases of seconds).
@@ -37,3 +40,17 @@ def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
     if config.getvalue("dist") != "loadfile":
         return None  # another --dist asked for: xdist's own scheduler
     return CrashSuitesTogether(config, log)
+
+
+def pytest_configure(config: Any) -> None:
+    """Load ``tests/shared_services.py`` (as module ``shared_services``, the name its own tests
+    import it by) and register its check in this process unless it is an xdist worker."""
+    module = sys.modules.get("shared_services")
+    if module is None:
+        path = Path(__file__).parent / "tests" / "shared_services.py"
+        spec = importlib.util.spec_from_file_location("shared_services", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["shared_services"] = module
+        spec.loader.exec_module(module)
+    module.register(config)

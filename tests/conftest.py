@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import ackwise
+from ackwise_conformance.brokers import missing_broker
 
 
 @pytest.fixture
@@ -45,7 +46,7 @@ def _pg_schema(prefix: str) -> Iterator[tuple[str, str]]:
         with psycopg.connect(PG_URL, autocommit=True, connect_timeout=3) as conn:
             conn.execute(f"CREATE SCHEMA {schema}")
     except psycopg.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at {PG_URL}: {exc}")
+        missing_broker(f"no PostgreSQL at {PG_URL}: {exc}")  # skips; fails under CI=true
     yield f"{PG_URL}?options=-csearch_path%3D{schema}", schema
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
@@ -174,3 +175,55 @@ def _delete_place(name: str, url: str, queue: str, tag: str) -> None:
                 client.delete(*keys)
         finally:
             client.close()
+
+
+#: The shared Redis, database 0: a test there uses a key prefix of its own (:func:`shared_redis`).
+SHARED_REDIS = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+def shared_redis() -> Iterator[Callable[[str], str]]:
+    """``url(name)``: a URL of the shared Redis whose key prefix is ``name`` and a random part.
+
+    After the test, what is left under each prefix is deleted through ackwise's own delete
+    paths (``delete_queue`` of every queue, the worker registry's ``forget``), and then the
+    prefix must hold no key: one left names a gap in those paths.
+    """
+    made: list[str] = []
+
+    def url(name: str) -> str:
+        try:
+            socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
+        except OSError:
+            missing_broker("Redis is not answering on 127.0.0.1:6379")
+        made.append(f"{SHARED_REDIS}?prefix={name}{uuid.uuid4().hex[:8]}")
+        return made[-1]
+
+    yield url
+    for made_url in made:
+        _delete_under_prefix(made_url)
+
+
+def _delete_under_prefix(url: str) -> None:
+    import redis
+
+    adapter = ackwise.open_adapter(url)
+    adapter.open()
+    try:
+        for queue in adapter.queues():
+            adapter.delete_queue(queue)
+    finally:
+        adapter.close()
+    registry = ackwise.open_worker_registry(url)
+    try:
+        registry.forget([w.id for w in registry.workers()])
+    finally:
+        registry.close()
+    prefix = ackwise.BrokerURL.parse(url).query["prefix"]
+    with redis.Redis.from_url(SHARED_REDIS) as client:
+        left = sorted(
+            k.decode()
+            for pattern in (f"{{{prefix}}}*", f"{{{prefix}:*")
+            for k in client.scan_iter(match=pattern, count=1000)
+        )
+    assert not left, f"left in the shared Redis after delete_queue and forget: {left}"

@@ -12,7 +12,6 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,15 +32,11 @@ from ackwise.dashboard import create_app
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'q.db'}"
-        return
-    try:
-        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
-    except OSError:
-        missing_broker("Redis is not answering on 127.0.0.1:6379")
-    yield f"redis://127.0.0.1:6379/0?prefix=dash{uuid.uuid4().hex[:8]}"
+        return f"sqlite:///{tmp_path / 'q.db'}"
+    url: str = request.getfixturevalue("shared_redis")("dash")
+    return url
 
 
 def _shop(broker: str, flag: Path) -> App:

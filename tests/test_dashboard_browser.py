@@ -81,11 +81,8 @@ def browser() -> Iterator[Any]:
 def broker(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'q.db'}"
-    try:
-        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
-    except OSError:
-        missing_broker("Redis is not answering on 127.0.0.1:6379")
-    return f"redis://127.0.0.1:6379/0?prefix=dashb{uuid.uuid4().hex[:8]}"
+    url: str = request.getfixturevalue("shared_redis")("dashb")
+    return url
 
 
 def _free_port() -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 
@@ -14,17 +13,6 @@ from ackwise._idempotency import KeyState
 from ackwise._plugins import open_store
 from ackwise.errors import ConfigurationError
 from ackwise.testing import run_worker
-from ackwise_conformance.brokers import missing_broker
-
-PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def _pg_up() -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql", "redis"])
@@ -35,10 +23,8 @@ def store(request, tmp_path):
         url = f"memory://{uuid.uuid4().hex}"
     elif request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'keys.db'}"
-    else:
-        if not _pg_up():
-            missing_broker("PostgreSQL is not answering on 127.0.0.1:5432")
-        url = PG_URL
+    else:  # a schema of the test's own: the shared database keeps nothing of it
+        url = request.getfixturevalue("pg_schema_url")
     s = open_store(url)
     yield s
     s.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import pickle
-import socket
 import threading
 import time
 import uuid
@@ -16,7 +15,6 @@ import pytest
 from ackwise import App, ResultState, TaskHandle, TaskResult, open_result_store
 from ackwise.errors import ConfigurationError, TaskFailed
 from ackwise.testing import run_worker
-from ackwise_conformance.brokers import missing_broker
 
 
 @pytest.fixture(params=["sqlite", "memory"])
@@ -26,17 +24,11 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"memory://{uuid.uuid4().hex}"
 
 
-PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-
 @pytest.fixture(params=["sqlite", "memory", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgresql":
-        try:
-            socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
-        except OSError:
-            missing_broker("PostgreSQL is not answering on 127.0.0.1:5432")
-        return PG_URL
+    if request.param == "postgresql":  # a schema of the test's own (dropped after it)
+        url: str = request.getfixturevalue("pg_schema_url")
+        return url
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'results.db'}"
     return f"memory://{uuid.uuid4().hex}"
@@ -62,7 +54,7 @@ def test_a_success_is_written_once_and_nothing_replaces_it(store_url):
         got = store.get(mid)
         assert got is not None and (got.state, got.value, got.attempt) == ("succeeded", "1", 1)
     finally:
-        store.forget([mid])  # the PostgreSQL store is shared: leave nothing
+        store.forget([mid])
         store.close()
 
 
@@ -77,7 +69,7 @@ def test_a_failure_gives_way_to_a_later_success_but_not_to_a_late_start(store_ur
         store.put([_record(mid, ResultState.SUCCEEDED, value="[1]", attempt=2)])
         assert store.get(mid).state == "succeeded"  # type: ignore[union-attr]
     finally:
-        store.forget([mid])  # the PostgreSQL store is shared: leave nothing
+        store.forget([mid])
         store.close()
 
 
@@ -92,7 +84,7 @@ def test_records_expire_after_the_ttl(store_url):
         store.put([_record(mid, ResultState.SUCCEEDED, value="2")])  # expired: a new record
         assert store.get(mid).value == "2"  # type: ignore[union-attr]
     finally:
-        store.forget([mid])  # the PostgreSQL store is shared: leave nothing
+        store.forget([mid])
         store.close()
 
 
@@ -112,7 +104,7 @@ def test_wait_returns_the_final_record_as_another_thread_writes_it(store_url):
         assert time.monotonic() - started < 5
         timer.join()  # its put may still be sweeping: close the writer after it
     finally:
-        store.forget([mid])  # the PostgreSQL store is shared: leave nothing
+        store.forget([mid])
         store.close()
         writer.close()
 
@@ -276,12 +268,10 @@ def test_forget_deletes_records_now(store_url):
         store.close()
 
 
-def test_a_worker_writes_to_a_postgresql_result_store_and_get_wakes_on_the_notify(tmp_path):
-    try:
-        socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
-    except OSError:
-        missing_broker("PostgreSQL is not answering on 127.0.0.1:5432")
-    app = App("r", broker=f"sqlite:///{tmp_path / 'q.db'}", result_store=PG_URL)
+def test_a_worker_writes_to_a_postgresql_result_store_and_get_wakes_on_the_notify(
+    tmp_path, pg_schema_url
+):
+    app = App("r", broker=f"sqlite:///{tmp_path / 'q.db'}", result_store=pg_schema_url)
 
     @app.task(name="r.pg", store_results=True)
     def pg(x: int) -> list[int]:
@@ -300,12 +290,8 @@ def test_a_worker_writes_to_a_postgresql_result_store_and_get_wakes_on_the_notif
     app.close()
 
 
-def test_a_postgresql_wait_is_woken_by_the_notify_not_by_polling():
-    try:
-        socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
-    except OSError:
-        missing_broker("PostgreSQL is not answering on 127.0.0.1:5432")
-    store, writer = open_result_store(PG_URL), open_result_store(PG_URL)
+def test_a_postgresql_wait_is_woken_by_the_notify_not_by_polling(pg_schema_url):
+    store, writer = open_result_store(pg_schema_url), open_result_store(pg_schema_url)
     mid = uuid.uuid4().hex
     written: list[float] = []
 
@@ -353,4 +339,28 @@ def test_a_handle_on_an_unknown_task_ends_dead_when_the_worker_gives_it_up(broke
     with pytest.raises(TaskFailed, match=r"no task named 'no\.such\.task'"):
         handle.get(timeout=5)
     assert handle.state is ResultState.DEAD
+    app.close()
+
+
+def test_an_app_that_stores_no_results_writes_no_record_for_an_unknown_task(broker):
+    # Defect: a worker wrote the dead record of an unknown task whenever it had a result store
+    # (every broker with a store of its own gives one by default), so an app that stores no
+    # results left a record a day long (``ackwise conformance`` C16 on Redis:
+    # ``{ackwise:result:unknown-…}``).
+    app = App("unknown", broker=broker)
+
+    @app.task(name="known")
+    def known() -> None: ...
+
+    mid = app.send("no.such.task").id
+    with run_worker(app) as w:
+        w.join()
+    adapter = app.adapter()
+    adapter.open()
+    try:
+        [dead] = adapter.dead_letters("default")
+        assert (dead.message_id, dead.reason) == (mid, "unknown_task")
+    finally:
+        adapter.close()
+    assert app.results().get(mid) is None
     app.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,18 +19,7 @@ from ackwise import App, WorkerInfo, open_worker_registry
 from ackwise._presence import FORGET_AFTER, GONE_AFTER
 from ackwise.errors import ConfigurationError
 from ackwise.testing import run_worker
-from ackwise_conformance.brokers import missing_broker
 from ackwise_conformance.helpers import eventually
-
-PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis", "postgresql"])
@@ -41,12 +29,8 @@ def registry_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     elif request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'q.db'}"
     elif request.param == "redis":
-        if not _answers(6379):
-            missing_broker("Redis is not answering on 127.0.0.1:6379")
-        yield f"redis://127.0.0.1:6379/0?prefix=workers{uuid.uuid4().hex[:8]}"
+        yield request.getfixturevalue("shared_redis")("workers")
     else:
-        if not _answers(5432):
-            missing_broker("PostgreSQL is not answering on 127.0.0.1:5432")
         yield request.getfixturevalue("pg_schema_url")
 
 
@@ -76,6 +60,23 @@ def test_a_registry_keeps_each_workers_latest_record_and_forgets_old_ones(
     finally:
         writer.close()
         reader.close()
+
+
+def test_a_forgotten_workers_record_is_gone_at_once(registry_url: str) -> None:
+    registry = open_worker_registry(registry_url)
+    try:
+        for wid in ("h:1", "h:2", "h:3"):
+            registry.beat(_info(wid))
+        registry.forget(["h:1", "h:3", "h:never-written"])
+        assert [w.id for w in registry.workers()] == ["h:2"]
+        registry.forget([])
+        registry.forget(["h:2"])
+        assert registry.workers() == []
+        registry.beat(_info("h:4"))  # a registry emptied by forget takes records again
+        assert [w.id for w in registry.workers()] == ["h:4"]
+        registry.forget(["h:4"])
+    finally:
+        registry.close()
 
 
 def test_a_worker_that_went_quiet_is_gone_and_one_that_stopped_stays_stopped() -> None:

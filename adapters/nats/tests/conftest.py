@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from ackwise import open_adapter
 from ackwise_conformance.brokers import (
     BrokerHandle,
     provide_or_skip,
@@ -27,7 +28,16 @@ def nats_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHand
 
 
 @pytest.fixture
-def nats_url(nats_broker: BrokerHandle) -> str:
-    """The private broker's URL with a stream prefix of this test's own."""
+def nats_url(nats_broker: BrokerHandle) -> Iterator[str]:
+    """The private broker's URL with a stream prefix of this test's own; every queue under the
+    prefix is deleted after the test (``ACKWISE_TEST_NATS_URL`` may name a shared server)."""
     sep = "&" if "?" in nats_broker.url else "?"
-    return f"{nats_broker.url}{sep}prefix=t-{uuid.uuid4().hex[:12]}"
+    url = f"{nats_broker.url}{sep}prefix=t-{uuid.uuid4().hex[:12]}"
+    yield url
+    adapter = open_adapter(url)
+    adapter.open()
+    try:
+        for queue in adapter.queues():  # this prefix's only
+            adapter.delete_queue(queue)
+    finally:
+        adapter.close()

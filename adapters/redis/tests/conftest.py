@@ -36,10 +36,21 @@ def redis_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHan
 
 
 @pytest.fixture
-def redis_url(redis_broker: BrokerHandle) -> str:
-    """The private broker's URL with a key prefix of this test's own."""
+def redis_url(redis_broker: BrokerHandle) -> Iterator[str]:
+    """The private broker's URL with a key prefix of this test's own; every key under the
+    prefix is deleted after the test (``ACKWISE_TEST_REDIS_URL`` may name a shared Redis)."""
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
     sep = "&" if "?" in redis_broker.url else "?"
-    return f"{redis_broker.url}{sep}prefix=t-{uuid.uuid4().hex[:12]}"
+    yield f"{redis_broker.url}{sep}prefix={prefix}"
+    import redis
+
+    # Queues, workers, locks, results, rate-limit slots and quarantined keys alike: every key
+    # of the prefix is ``{<prefix>}…`` or ``{<prefix>:…}…``.
+    with redis.Redis.from_url(redis_broker.url.split("?")[0]) as client:
+        for pattern in (f"{{{prefix}}}*", f"{{{prefix}:*"):
+            keys = list(client.scan_iter(match=pattern, count=1000))
+            for i in range(0, len(keys), 500):
+                client.unlink(*keys[i : i + 500])
 
 
 @pytest.fixture

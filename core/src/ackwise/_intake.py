@@ -83,7 +83,9 @@ class Intake:
                 )
             else:
                 detail += f" ({d.attempt} deliveries)"
-                if isinstance(decision, DeadLetterMessage):
+                # Its record is written as a task of the app's defaults would write it: an
+                # app that does not store results by default writes none.
+                if isinstance(decision, DeadLetterMessage) and self.app.store_results:
                     self.settler.record_dead(d, env.task, "unknown_task", detail)
             self.settler.carry_out(decision, d, env.task, env, label="unknown_task", error=detail)
             return None

@@ -5,8 +5,9 @@ A record names the worker (``host:pid``) and says what it runs (queues, pool, co
 version), since when, what it has done (counters) and when it was last seen.  A worker that
 stops cleanly writes a last record, ``stopped``; one that dies just stops writing, and is shown
 ``gone`` once its record is older than :data:`GONE_AFTER`.  Records are dropped
-:data:`FORGET_AFTER` after their last write.  The registry is the broker's own where its
-adapter has one (memory, SQLite, Redis, PostgreSQL), else ``App(worker_registry=URL)``.
+:data:`FORGET_AFTER` after their last write, or at once by :meth:`WorkerRegistry.forget` (a
+test run cleaning up after itself).  The registry is the broker's own where its adapter has
+one (memory, SQLite, Redis, PostgreSQL), else ``App(worker_registry=URL)``.
 """
 
 from __future__ import annotations
@@ -95,6 +96,17 @@ class WorkerRegistry(abc.ABC):
     def __init__(self, url: BrokerURL) -> None:
         self.url = url
 
+    @classmethod
+    def namespace_options(cls, url: BrokerURL, namespace: str) -> dict[str, str]:
+        """URL options under which this registry keeps its records apart, under
+        ``namespace``, from those of the registry at ``url`` (default: none, the store has no
+        namespaces).
+
+        The conformance suite adds them to the URL of a run's registry, so that the run's
+        records are named with its prefix (Redis: the key prefix).
+        """
+        return {}
+
     @abc.abstractmethod
     def open(self) -> None:
         """Connect to the registry (called once, before any other method)."""
@@ -110,6 +122,13 @@ class WorkerRegistry(abc.ABC):
     @abc.abstractmethod
     def workers(self) -> list[WorkerInfo]:
         """Every record not yet forgotten, oldest start first (forgets the old ones)."""
+
+    def forget(self, worker_ids: Sequence[str]) -> None:  # noqa: B027 - optional, see below
+        """Delete the records of ``worker_ids`` now (a test run cleaning up after itself).
+
+        Optional: a registry that cannot delete records leaves them to be forgotten
+        :data:`FORGET_AFTER` after their last write.
+        """
 
 
 def _ordered(infos: Sequence[WorkerInfo]) -> list[WorkerInfo]:
@@ -127,11 +146,15 @@ class MemoryWorkerRegistry(WorkerRegistry):
     scheme = "memory"
 
     def open(self) -> None:
-        with _memory_lock:
-            self._records = _memory.setdefault(self.url.in_process_name, {})
+        pass
 
     def close(self) -> None:
         pass
+
+    @property
+    def _records(self) -> dict[str, WorkerInfo]:
+        """The records of the name (called with ``_memory_lock`` held)."""
+        return _memory.setdefault(self.url.in_process_name, {})
 
     def beat(self, info: WorkerInfo) -> None:
         with _memory_lock:
@@ -140,9 +163,18 @@ class MemoryWorkerRegistry(WorkerRegistry):
     def workers(self) -> list[WorkerInfo]:
         old = time.time() - FORGET_AFTER
         with _memory_lock:
-            for key in [k for k, w in self._records.items() if w.last_seen < old]:
-                del self._records[key]
-            return _ordered(list(self._records.values()))
+            records = self._records
+            for key in [k for k, w in records.items() if w.last_seen < old]:
+                del records[key]
+            return _ordered(list(records.values()))
+
+    def forget(self, worker_ids: Sequence[str]) -> None:
+        with _memory_lock:
+            records = self._records
+            for wid in worker_ids:
+                records.pop(wid, None)
+            if not records:  # the name itself goes too (a test's own name, used once)
+                del _memory[self.url.in_process_name]
 
 
 # -- SQLite --------------------------------------------------------------------------------
@@ -178,6 +210,10 @@ class SQLiteWorkerRegistry(SQLiteStore, WorkerRegistry):
             )
             rows = db.execute("SELECT record FROM ackwise_workers").fetchall()
         return _ordered([WorkerInfo.from_json(r[0]) for r in rows])
+
+    def forget(self, worker_ids: Sequence[str]) -> None:
+        with self._tx() as db:
+            db.executemany("DELETE FROM ackwise_workers WHERE id = ?", [(w,) for w in worker_ids])
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------
@@ -220,3 +256,9 @@ class PostgresWorkerRegistry(WorkerRegistry):
         )
         rows = self._link.execute("SELECT record FROM ackwise_workers").fetchall()
         return _ordered([WorkerInfo.from_json(r[0]) for r in rows])
+
+    def forget(self, worker_ids: Sequence[str]) -> None:
+        if worker_ids:
+            self._link.execute(
+                "DELETE FROM ackwise_workers WHERE id = ANY(%s)", (list(worker_ids),)
+            )

@@ -121,6 +121,16 @@ class ResultStore(abc.ABC):
         self.url = url
         self.ttl = ttl
 
+    @classmethod
+    def namespace_options(cls, url: BrokerURL, namespace: str) -> dict[str, str]:
+        """URL options under which this store keeps its records apart, under ``namespace``,
+        from those of the store at ``url`` (default: none, the store has no namespaces).
+
+        The conformance suite adds them to the URL of a run's result store, so that the run's
+        records are named with its prefix (Redis: the key prefix).
+        """
+        return {}
+
     @abc.abstractmethod
     def open(self) -> None:
         """Connect to the store (called once, before any other method)."""

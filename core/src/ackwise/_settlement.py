@@ -275,7 +275,8 @@ class Settler:
 
     def record_dead(self, d: Delivery, task: str, reason: str, detail: str) -> None:
         """Write the dead record of a message dead-lettered before it became a task (an
-        unknown task), where results are stored: a handle on it ends now, not at its timeout."""
+        unknown task), where there is a result store: a handle on it ends now, not at its
+        timeout.  The caller decides whether the app stores such records."""
         if self.results is not None:
             self.results.put(
                 [

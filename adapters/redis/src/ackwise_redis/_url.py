@@ -75,7 +75,8 @@ _SENTINEL = ("sentinels", "sentinel_password", "sentinel_username")
 _TLS = ("ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_check_hostname", "ssl_keyfile")
 _CERT_REQS = ("required", "optional", "none")
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+#: What a key prefix may be (``prefix=``).
+PREFIX_FORM = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _SERVICE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
@@ -262,7 +263,7 @@ def parse_redis_url(url: BrokerURL) -> RedisSettings:
     if not wait_replicas.isdigit() or int(wait_replicas) > 100:
         raise _bad(url, f"wait_replicas={wait_replicas!r} must be a number of replicas, 0-100")
     prefix = url.query.get("prefix", "ackwise")
-    if not _PREFIX.match(prefix):
+    if not PREFIX_FORM.match(prefix):
         raise _bad(
             url,
             f"prefix={prefix!r} must be 1-64 letters, digits, '_', '.', ':' or '-' (it becomes "

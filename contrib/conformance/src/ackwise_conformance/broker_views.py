@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from ackwise import (
     BrokerURL,
+    get_plugins,
     open_adapter,
 )
 from ackwise.errors import ConfigurationError
@@ -26,7 +27,9 @@ __all__ = [
     "WithOptions",
     "lease_url",
     "own_store",
+    "own_store_url",
     "with_lease_options",
+    "with_option_values",
     "with_options",
 ]
 
@@ -122,6 +125,27 @@ def with_options(url: str, **options: object) -> str:
     if not extra:
         return url
     return f"{url}{'&' if '?' in url else '?'}{extra}"
+
+
+def with_option_values(url: str, **options: str) -> str:
+    """``url`` with these query options set: one the URL has is replaced, another added."""
+    parts = urlsplit(url)
+    kept = [p for p in parts.query.split("&") if p and p.partition("=")[0] not in options]
+    kept += [f"{k}={quote(v, safe=':')}" for k, v in options.items()]
+    return urlunsplit(parts._replace(query="&".join(kept)))
+
+
+def own_store_url(kind: str, url: str, namespace: str) -> str | None:
+    """The URL of the broker's own ``kind`` store (``"worker registry"``, ``"result"``) that
+    keeps its records under ``namespace`` where the store has namespaces (its class's
+    ``namespace_options``: Redis' key prefix); ``None`` when the broker has no such store."""
+    parsed = BrokerURL.parse(url)
+    cls = get_plugins().adapters.store_class(kind, parsed.scheme)
+    if cls is None:
+        return None
+    namespaced = getattr(cls, "namespace_options", None)  # a store not built on the ABC
+    options: dict[str, str] = namespaced(parsed, namespace) if namespaced is not None else {}
+    return with_option_values(url, **options) if options else url
 
 
 class WithOptions:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -34,6 +35,7 @@ from ackwise import (
     open_adapter,
     open_idempotency_store,
     open_result_store,
+    open_worker_registry,
 )
 from ackwise.errors import AdapterError, ConfigurationError, TransientAdapterError
 from ackwise.testing import InProcessWorker
@@ -47,6 +49,7 @@ from ackwise_conformance.broker_views import (
     WithOptions,
     lease_url,
     own_store,
+    own_store_url,
     with_lease_options,
     with_options,
 )
@@ -138,14 +141,19 @@ class Harness(BeatControl):
             store = f"sqlite:///{workdir / 'idempotency.db'}"
             self._env["ACKWISE_CONFORMANCE_IDEMPOTENCY_STORE"] = store
         self._store_url = store
+        # The case's records in the broker's own stores are named like its queue where the
+        # store has namespaces (Redis: ``{<prefix>:<queue>}:workers``), and deleted when it
+        # closes (forget).
         #: Where this case's chords count their members and workers given ``results=`` store
         #: results: the broker's own result store where its adapter has one, else a SQLite
         #: file of the case (the workers share the host).
         self.result_store_url = (
-            broker.url
-            if get_plugins().adapters.result_store(BrokerURL.parse(broker.url).scheme)
-            else f"sqlite:///{workdir / 'results.db'}"
+            own_store_url("result", broker.url, self.queue) or f"sqlite:///{workdir / 'results.db'}"
         )
+        #: Where the case's workers announce themselves: the broker's own registry, or none.
+        self.worker_registry_url = own_store_url("worker registry", broker.url, self.queue)
+        if self.worker_registry_url is not None:
+            self._env["ACKWISE_CONFORMANCE_WORKER_REGISTRY"] = self.worker_registry_url
         # The producer's app: no result is stored by sending, the URL lets it send chords.
         self.app: App = build_app(
             broker.url, idempotency_store=store, result_store=self.result_store_url
@@ -161,6 +169,7 @@ class Harness(BeatControl):
         self._idempotency_keys: dict[str, str] = {}  # message id -> its idempotency key
         self._store_keys: set[str] = set()  # as the idempotency store holds them
         self._result_ids: set[str] = set()  # records this case's chords leave in the store
+        self._stores_results = False  # a worker was given results=: records of any message
         self._probe: Adapter | None = None
         self._probe_thread: threading.Thread | None = None
         self._closed = False
@@ -321,6 +330,7 @@ class Harness(BeatControl):
         """Start a worker on the case's queue (``env``: more environment for its process;
         ``results``: the result store URL its tasks store their results in)."""
         self._check_open()
+        self._stores_results |= results is not None
         lease = self.lease if lease is None else lease
         index = len(self.workers)
         if not self.multi_process:
@@ -332,6 +342,7 @@ class Harness(BeatControl):
                 journal=str(self.journal.path),
                 gates=str(self.gates),
                 result_store=results,
+                worker_registry=self.worker_registry_url,
             )
             with self._gate:
                 self._check_open()
@@ -632,6 +643,10 @@ class Harness(BeatControl):
                 w.close()
             except Exception:
                 pass
+        # Stopped workers write no more: their records go, and the result records of every
+        # message of the case (read before its queues, which hold its dead letters, go).
+        self._forget_workers()
+        self._forget_results()
         if self._beat_groups:
             try:
                 for group in sorted(self._beat_groups):
@@ -664,19 +679,59 @@ class Harness(BeatControl):
                     store.close()
             except (AdapterError, ConfigurationError):
                 pass
-        if self._result_ids:
-            try:
-                results = open_result_store(self.result_store_url)
-                try:
-                    results.forget(sorted(self._result_ids))
-                finally:
-                    results.close()
-            except (AdapterError, ConfigurationError):
-                pass
         try:
             self.adapter.close()
         finally:
             self.app.close()
+
+    def _forget_workers(self) -> None:
+        """Delete the registry records of the case's workers (by ``host:pid``)."""
+        if self.worker_registry_url is None or not self.workers:
+            return
+        host = socket.gethostname()
+        ids = sorted(
+            {
+                w.in_process.worker.worker_id if w.in_process else f"{host}:{w.pid}"
+                for w in self.workers
+            }
+        )
+        try:
+            registry = open_worker_registry(self.worker_registry_url)
+            try:
+                registry.forget(ids)
+            finally:
+                registry.close()
+        except (AdapterError, ConfigurationError):
+            pass
+
+    def _forget_results(self) -> None:
+        """Delete the result records (and chord counts) of every message of the case: those
+        it published or sent in a chord or chain, those the journal saw run (retries, beat
+        fires) and its dead letters (a message published past the app, C16's).  Only records
+        a chord, a chain or a worker given ``results=`` may have written: other cases wrote
+        none."""
+        if not (self._stores_results or self._result_ids):
+            return
+        ids = set(self._published) | self._result_ids
+        try:
+            ids |= {str(r["id"]) for r in self.journal.records() if r.get("id")}
+        except (OSError, ValueError):
+            pass  # what could be read is forgotten
+        for queue in (self.queue, *sorted(self._extra_queues)):
+            try:
+                ids |= {d.message_id for d in self.adapter.dead_letters(queue, limit=10_000)}
+            except AdapterError:
+                pass
+        if not ids:
+            return
+        try:
+            results = open_result_store(self.result_store_url)
+            try:
+                results.forget(sorted(ids))
+            finally:
+                results.close()
+        except (AdapterError, ConfigurationError):
+            pass
 
 
 def expect(condition: object, message: str, harness: Harness | None = None, *ids: str) -> None:

@@ -4,7 +4,10 @@ Worker processes import ``ackwise_conformance.workload:app``; its broker comes f
 ``ACKWISE_BROKER_URL``.  The journal and the gate directory come from
 ``ACKWISE_CONFORMANCE_JOURNAL`` and ``ACKWISE_CONFORMANCE_GATES``.  With
 ``ACKWISE_CONFORMANCE_RESULT_STORE`` (a result store URL) the tasks store their results
-there: each execution returns ``{"pid": …, "attempt": …}``.
+there: each execution returns ``{"pid": …, "attempt": …}``.  With
+``ACKWISE_CONFORMANCE_WORKER_REGISTRY`` (a worker registry URL) the workers announce
+themselves there (the harness gives the case's, named like its queue where the store has
+namespaces) instead of in the broker's own registry.
 
 A plan (the ``plan`` keyword argument) says what one execution does, in this order:
 
@@ -149,6 +152,7 @@ def build_app(
     journal: str | None = None,
     gates: str | None = None,
     result_store: str | None = None,
+    worker_registry: str | None = None,
 ) -> App:
     """The workload App on ``broker`` (default: ``$ACKWISE_BROKER_URL``).
 
@@ -159,6 +163,8 @@ def build_app(
     :param gates: the gate directory (default ``$ACKWISE_CONFORMANCE_GATES``).
     :param result_store: where the tasks store their results (default
         ``$ACKWISE_CONFORMANCE_RESULT_STORE``; neither: no results are stored).
+    :param worker_registry: where its workers announce themselves (default
+        ``$ACKWISE_CONFORMANCE_WORKER_REGISTRY``, else the broker's own registry).
     """
     fixed = _Paths(journal, gates) if journal is not None and gates is not None else None
     store = idempotency_store or os.environ.get("ACKWISE_CONFORMANCE_IDEMPOTENCY_STORE")
@@ -169,6 +175,9 @@ def build_app(
         idempotency_store=store or None,
         result_store=results or None,
         store_results=bool(results),
+        worker_registry=worker_registry
+        or os.environ.get("ACKWISE_CONFORMANCE_WORKER_REGISTRY")
+        or None,
     )
     for mode in Ack:
 
