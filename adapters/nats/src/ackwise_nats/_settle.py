@@ -1,9 +1,14 @@
 """Settling deliveries: the local fence against stale receipts, then acks, lease extension,
 nacks and dead letters, each answered by the server before the call returns.
 
-JetStream applies an ack to whatever delivery of the message is pending, an older one's
-too, so a receipt is checked here first (:meth:`Settling._split`): stale once settled, or
-from :data:`_FENCE` seconds before its lease's deadline (the ack could arrive after it).
+JetStream applies an ack to whatever delivery of the message is pending, an older one's too,
+so a receipt is checked here (:meth:`Settling._split`): stale once settled, or from
+:data:`_FENCE` seconds before its lease's deadline (the ack could arrive after it).  The check
+that counts is made on the loop, right before the request goes (:meth:`Settling._acks`): a
+check on the calling thread can be seconds old by then (the process paused, a busy loop), and
+an ack sent after the lease ended would remove another consumer's delivery.  A lease extension
+counts only when its answer came before the old deadline: one that reached the server later
+restarted the timer of whatever delivery was pending then, not necessarily this one.
 """
 
 from __future__ import annotations
@@ -44,18 +49,23 @@ class Settling(Publishing, Receiving):
             (stale if r.settled or now + _FENCE >= r.deadline else valid).append(d)
         return valid, stale
 
-    async def _acks(self, client: Client, deliveries: list[Delivery], payload: bytes) -> None:
-        """Send ``payload`` for each delivery; mark the answered ones settled."""
+    async def _acks(
+        self, client: Client, deliveries: list[Delivery], payload: bytes
+    ) -> list[Delivery]:
+        """Send ``payload`` for each delivery still within its lease now, on the loop; mark
+        the answered ones settled; return those whose lease ran out before it could go."""
+        valid, late = self._split(deliveries)
         answers = await asyncio.gather(
-            *(client.ack_request(_receipt(d).reply, payload) for d in deliveries),
+            *(client.ack_request(_receipt(d).reply, payload) for d in valid),
             return_exceptions=True,
         )
-        for d, answer in zip(deliveries, answers, strict=True):
+        for d, answer in zip(valid, answers, strict=True):
             if not isinstance(answer, BaseException):
                 _receipt(d).settled = True
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer
+        return late
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
         """``+ACK`` each, waiting for the server's answers.  Asked again after a broker error
@@ -63,43 +73,53 @@ class Settling(Publishing, Receiving):
         removed already, and the fence still vouches that the lease was ours."""
         valid, stale = self._split(deliveries)
         if valid:
-            self.call("ack", valid[0].queue, self._acks, valid, b"+ACK")
+            stale += self.call("ack", valid[0].queue, self._acks, valid, b"+ACK")
         if stale:
             raise StaleReceipt(stale, "ack")
 
     def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
         valid, stale = self._split(deliveries)
         if valid:
-            self.call("extend", valid[0].queue, self._extend, valid, lease)
+            stale += self.call("extend", valid[0].queue, self._extend, valid, lease)
         if stale:
             raise StaleReceipt(stale, "extend")
 
-    async def _extend(self, client: Client, deliveries: list[Delivery], lease: float) -> None:
+    async def _extend(
+        self, client: Client, deliveries: list[Delivery], lease: float
+    ) -> list[Delivery]:
         # +WPI restarts the AckWait; any other lease is a nak with that delay.
         same = abs(lease - self.settings.ack_wait) <= 1e-3
         payload = b"+WPI" if same else nak_delay(lease)
+        valid, late = self._split(deliveries)
         sent = time.time()
         answers = await asyncio.gather(
-            *(client.ack_request(_receipt(d).reply, payload) for d in deliveries),
+            *(client.ack_request(_receipt(d).reply, payload) for d in valid),
             return_exceptions=True,
         )
-        for d, answer in zip(deliveries, answers, strict=True):
+        answered = time.time()
+        for d, answer in zip(valid, answers, strict=True):
             r = _receipt(d)
-            # Unanswered, the server has the old timer or the new one: count the earlier.
-            new = sent + lease
-            r.deadline = new if not isinstance(answer, BaseException) else min(r.deadline, new)
+            # Answered while the old lease still held: the server restarted this delivery's
+            # timer no earlier than ``sent``.  Answered later, or not at all, the request may
+            # have found another delivery pending: the old deadline stands.
+            if not isinstance(answer, BaseException) and answered + _FENCE < r.deadline:
+                r.deadline = max(r.deadline, sent + lease)
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer
+        return late
 
     def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
         self.check_delay(delay)
         _, stale = self._split([delivery])
+        if not stale:
+            stale = self.call("nack", delivery.queue, self._nack, delivery, delay)
         if stale:
             raise StaleReceipt(stale, "nack")
-        self.call("nack", delivery.queue, self._nack, delivery, delay)
 
-    async def _nack(self, client: Client, d: Delivery, delay: float) -> None:
+    async def _nack(self, client: Client, d: Delivery, delay: float) -> list[Delivery]:
+        if self._split([d])[1]:
+            return [d]  # the lease ran out before this could start: change nothing
         # A copy carrying the deliveries so far goes to the ready subject (counted ready at
         # once: a -NAK'ed message stays ack-pending until pulled again) or, with a delay, to
         # the delayed one; then the original goes.  A crash in between leaves both: delivered
@@ -115,17 +135,22 @@ class Settling(Publishing, Receiving):
             headers[H_NOT_BEFORE] = f"{time.time() + delay:.6f}"
             subject = names.delayed
         await client.publish_all([(subject, d.body, headers)])
-        await self._acks(client, [d], b"+ACK")
+        return await self._acks(client, [d], b"+ACK")
 
     def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
         _, stale = self._split([delivery])
+        if not stale:
+            stale = self.call(
+                "dead_letter", delivery.queue, self._dead_letter, delivery, reason, body
+            )
         if stale:
             raise StaleReceipt(stale, "dead_letter")
-        self.call("dead_letter", delivery.queue, self._dead_letter, delivery, reason, body)
 
     async def _dead_letter(
         self, client: Client, d: Delivery, reason: str, body: bytes | None
-    ) -> None:
+    ) -> list[Delivery]:
+        if self._split([d])[1]:
+            return [d]  # the lease ran out before this could start: change nothing
         headers = {
             H_ID: d.message_id,
             H_REASON: reason,
@@ -134,4 +159,4 @@ class Settling(Publishing, Receiving):
         }
         dead = self.names(d.queue).dead
         await client.publish_all([(dead, d.body if body is None else body, headers)])
-        await self._acks(client, [d], b"+ACK")
+        return await self._acks(client, [d], b"+ACK")
