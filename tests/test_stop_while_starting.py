@@ -64,6 +64,7 @@ def _spawn(
         },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        start_new_session=True,  # a process group of its own, as under a process manager
     )
 
 
@@ -234,3 +235,35 @@ def test_each_lazy_name_of_ackwise_is_the_one_its_type_checking_imports_name() -
     assert set(ackwise.__all__) == {*imported, "__version__"}
     for name in imported:
         assert getattr(ackwise, name) is not None
+
+
+def test_a_prefork_child_starting_when_the_process_group_gets_sigterm_survives_it(
+    tmp_path: Path,
+) -> None:
+    """A process manager that signals the whole group (systemd's default) stops a worker
+    while its prefork child still imports ackwise: the child ignores the signal from its
+    first line (the supervisor decides), as it does once started; it does not die of it
+    (and is not replaced by a new child, of a worker that is stopping)."""
+    (tmp_path / "fast_app.py").write_text(
+        "import os\nfrom ackwise import App\n"
+        "app = App('startup', broker=os.environ['STARTUP_TEST_BROKER'])\n"
+    )
+    proc = _spawn(
+        ["worker", "fast_app:app", "--pool", "prefork", "-c", "1"],
+        tmp_path,
+        PYTHONPATH=os.pathsep.join([str(SUPPORT), str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        STARTUP_TEST_PAUSE_MARKER=str(tmp_path / "importing-{pid}"),
+    )
+    child = tmp_path / "importing-child"
+
+    def child_paused() -> bool:
+        others = [p for p in tmp_path.glob("importing-*") if p.name != f"importing-{proc.pid}"]
+        if others:
+            others[0].rename(child)
+        return child.exists()
+
+    eventually(child_paused, 30.0, description="the prefork child to import ackwise")
+    os.killpg(proc.pid, signal.SIGTERM)  # the worker and its child, as systemd does
+    status, _, err = _stop_and_wait(proc, signal.SIGCONT)  # (the signal is sent already)
+    assert status == 0, f"exit status {status}: {err}"
+    assert "died" not in err, err
