@@ -127,16 +127,20 @@ def _env(tmp_path: Path, broker: str) -> dict[str, str]:
     }
 
 
-def _relay(tmp_path: Path, database: str, broker: str, *options: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            *(sys.executable, "-m", "ackwise", "relay", "outbox_app:app"),
-            *("--database", database, *options),
-        ],
-        env=_env(tmp_path, broker),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def _relay(
+    tmp_path: Path, database: str, broker: str, *options: str, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """``ackwise relay`` in a process of its own; its log to the file ``log``, if given."""
+    with open(log or os.devnull, "wb") as err:
+        return subprocess.Popen(
+            [
+                *(sys.executable, "-m", "ackwise", "relay", "outbox_app:app"),
+                *("--database", database, *options),
+            ],
+            env=_env(tmp_path, broker),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
 
 
 def _enqueue(database: str, app: App, values: list[str]) -> None:
@@ -247,9 +251,18 @@ def test_two_relays_publish_each_row_once(tmp_path: Path, database: str) -> None
     broker = f"sqlite:///{tmp_path / 'broker.db'}"
     app = App("outbox", broker=broker)
     app.task(name="outbox.record")(lambda value: None)
-    relays = [_relay(tmp_path, database, broker) for _ in range(2)]
+    logs = [tmp_path / f"relay-{n}.log" for n in range(2)]
+    relays = [_relay(tmp_path, database, broker, log=log) for log in logs]
     values = [f"v{i}" for i in range(300)]
     try:
+        # Both relays serve before the first row: else one alone could move every row, and
+        # the other still be starting when it is told to stop (a stop it ends with status 0:
+        # tests/test_stop_while_starting.py).
+        eventually(
+            lambda: all("relay: outbox" in log.read_text() for log in logs),
+            30.0,
+            description="both relays to serve",
+        )
         for i in range(0, 300, 10):  # committed one after another while both relays run
             _enqueue(database, app, values[i : i + 10])
         eventually(lambda: _outbox_rows(database) == 0, 30.0, description="the relays")

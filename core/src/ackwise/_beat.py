@@ -501,7 +501,7 @@ def add_parser(sub: Any) -> None:
         metavar="SECONDS",
         help="seconds between renewals of the lock, < ttl / 2 (default: ttl / 3)",
     )
-    b.set_defaults(func=cmd_beat)
+    b.set_defaults(func=cmd_beat, service=True)
 
 
 def cmd_beat(args: argparse.Namespace) -> int:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
-from ackwise._executors import child_main
-from ackwise._logconfig import configure_from_env
-
 if __name__ == "__main__":
+    # Stopping belongs to the supervisor (child_main says why): taken first thing, before the
+    # imports below, so that a SIGTERM sent to the whole process group while this child
+    # still starts does not kill it either.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    from ackwise._executors import child_main
+    from ackwise._logconfig import configure_from_env
+
     # Log as the worker does (its level and format, handed down by the executor), marked
     # as a child so that a task's own lines can be told from the supervisor's.
     configure_from_env(

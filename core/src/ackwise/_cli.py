@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ackwise import _startup
 from ackwise._cli_common import (
     BROKER_HELP,
     Parser,
@@ -139,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the queues' depths from the broker at most this often, in seconds; 0: no "
         "queue gauges",
     )
-    w.set_defaults(func=cmd_worker)
+    w.set_defaults(func=cmd_worker, service=True)
 
     s = sub.add_parser("stats", help="show queue depths", description="Show per-queue state.")
     s.add_argument(
@@ -186,6 +187,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A signal from now on is recorded, then handled once the command is known (_startup).
+    _startup.hold()
+    try:
+        return _main(argv)
+    finally:
+        _startup.restore()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -198,7 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     configure_logging(level, args.log_format, drivers, task_level=tasks)
     try:
+        _startup.release(service=getattr(args, "service", False))
         return int(args.func(args) or 0)
+    except _startup.StopDuringStartUp as stop:
+        log.warning("%s received while starting: stopped", stop.name)
+        return 0
     except AckwiseError as exc:
         print(f"ackwise: error: {exc}", file=sys.stderr)
         return 2
@@ -225,14 +239,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
         broker_timeout=args.broker_timeout,
     )
     worker = Worker(app, config)
-    metrics = None
-    if args.metrics_port is not None:
-        from ackwise._metrics import WorkerMetrics
-
-        metrics = WorkerMetrics(worker, stats_interval=args.metrics_stats_interval)
-        metrics.serve(args.metrics_port, args.metrics_host)
+    # From here a signal is the worker's graceful stop: run() sees it before it connects.
     worker.install_signal_handlers()
+    metrics = None
     try:
+        if args.metrics_port is not None:
+            from ackwise._metrics import WorkerMetrics
+
+            metrics = WorkerMetrics(worker, stats_interval=args.metrics_stats_interval)
+            metrics.serve(args.metrics_port, args.metrics_host)
         return worker.run()
     finally:
         if metrics is not None:

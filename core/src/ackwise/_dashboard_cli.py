@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from typing import Any
 
+from ackwise._startup import StopDuringStartUp
 from ackwise.errors import ConfigurationError
+
+log = logging.getLogger("ackwise.dashboard")
 
 __all__ = ["add_parser"]
 
@@ -36,7 +40,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="no replay or purge (buttons hidden, POSTs refused)",
     )
-    d.set_defaults(func=cmd_dashboard)
+    d.set_defaults(func=cmd_dashboard, service=True)
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -59,5 +63,11 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         )
     app = load_app(args.app)
     web = create_app(app, token=args.token or None, read_only=args.read_only)
-    uvicorn.run(web, host=args.host, port=args.port, log_level="warning")
+    try:
+        uvicorn.run(web, host=args.host, port=args.port, log_level="warning")
+    except StopDuringStartUp as stop:
+        # Before uvicorn takes the signals, one ends the start-up.  After its graceful stop
+        # uvicorn gives the signal it handled back to the handler from before it started,
+        # which is ours (ackwise._startup), instead of dying of it: a stop, status 0.
+        log.warning("%s received: dashboard stopped", stop.name)
     return 0

@@ -139,7 +139,7 @@ def add_parser(sub: Any) -> None:
         metavar="SECONDS",
         help="longest sleep between two looks when no enqueue wakes it",
     )
-    r.set_defaults(func=cmd_relay)
+    r.set_defaults(func=cmd_relay, service=True)
 
 
 def cmd_relay(args: argparse.Namespace) -> int:

@@ -6,6 +6,8 @@ acks of successes that wait to share one broker call, writes the attempt history
 a dead letter carries, reports stale receipts and emits the events of all of it.  For tasks
 that store results it writes each final record first: a success's with its pending ack (the
 results, then the acks), a dead letter's before the dead-letter call (docs/results.md).
+Each settlement is a list of steps (:mod:`ackwise._unsettled`): a broker error keeps what
+is left of it for :meth:`Settler.flush` after the reconnect.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from ackwise._semantics import (
     Settlement,
     settle,
 )
-from ackwise._spi import Adapter, Delivery, Outgoing, QueueSpec
+from ackwise._spi import Adapter, Delivery, LeaseExtension, Outgoing, QueueSpec
+from ackwise._unsettled import Backlog, Moot, Step, Unsettled, loses, original_settled
 from ackwise.errors import StaleReceipt, TransientAdapterError
 
 log = logging.getLogger("ackwise._worker")
@@ -48,8 +51,6 @@ ACK_DELAY = 0.005
 #: is a round trip (and billed): acks wait longer to fill whole requests while tasks keep
 #: finishing.  They still go at once when nothing runs.
 ACK_DELAY_BATCHED = 0.05
-
-_OPERATION = {AckMessage: "ack", NackMessage: "nack", RetryMessage: "ack"}
 
 
 def whole_batches(n: int, batch: int) -> int:
@@ -91,6 +92,11 @@ class Settler:
         #: Successes' late acks not sent yet, and when they are due at the latest.
         self.pending: list[Delivery] = []
         self.due = 0.0
+        #: Settlements a broker error cut short: :meth:`flush` goes on with them.
+        self.unsettled = Backlog()
+        #: A delivery ends with its connection (RabbitMQ): after a reconnect the broker has
+        #: every unsettled one back, and delivers it again.
+        self._connection_leases = adapter.capabilities.lease_extension is LeaseExtension.CONNECTION
 
     # -- settlements -----------------------------------------------------------------------
     def carry_out(
@@ -103,30 +109,93 @@ class Settler:
         label: str,
         error: str | None = None,
         traceback: str | None = None,
+        keep: bool = False,
     ) -> None:
-        """Do what ``decision`` says about ``d``; ``label`` names the outcome in events."""
-        try:
-            if isinstance(decision, AckMessage):
-                if decision.batch:
-                    self._queue_ack(d)
-                else:
-                    self.adapter.ack([d])
-            elif isinstance(decision, NackMessage):
+        """Do what ``decision`` says about ``d``; ``label`` names the outcome in events.
+
+        :param keep: a broker error keeps the steps not done yet for :meth:`flush` after the
+            reconnect (the caller holds the delivery no more), before it is raised.
+        """
+        steps = self._steps(decision, d, task, env, label, error, traceback)
+        self.unsettled.carry(Unsettled(d, task, steps, loses(decision)), keep=keep)
+
+    def _steps(
+        self,
+        decision: Settlement,
+        d: Delivery,
+        task: str | None,
+        env: _envelope.Envelope | None,
+        label: str,
+        error: str | None,
+        traceback: str | None,
+    ) -> list[Step]:
+        """The broker calls of ``decision`` about ``d``, in order."""
+        if isinstance(decision, AckMessage):
+            if decision.batch:
+                return [lambda again: self._queue_ack(d)]
+            return [self._reporting_stale("ack", lambda again: self.adapter.ack([d]))]
+        if isinstance(decision, NackMessage):
+
+            def nack(again: bool) -> None:
+                if again and self._given_back(decision, d, "returned"):
+                    raise Moot
                 self.adapter.nack(d, delay=decision.delay)
                 self.counters.returned += 1
                 self.events.emit(Returned(task, *_where(d), reason=label, delay=decision.delay))
-            elif isinstance(decision, RetryMessage):
-                assert env is not None, "a retry republishes the envelope"
-                self._retry(decision, d, task, env, error, traceback)
-            elif isinstance(decision, DeadLetterMessage):
-                self._dead_letter(decision, d, task, env, error or label, traceback)
-            elif isinstance(decision, LostMessage):
+
+            return [self._reporting_stale("nack", nack)]
+        if isinstance(decision, RetryMessage):
+            assert env is not None, "a retry republishes the envelope"
+            return self._retry(decision, d, task, env, error, traceback)
+        if isinstance(decision, DeadLetterMessage):
+            return [
+                lambda again: self._dead_letter(decision, d, task, env, error or label, traceback)
+            ]
+        if isinstance(decision, LostMessage):
+
+            def lost(again: bool) -> None:
                 self.counters.lost += 1
                 self.events.emit(Lost(task, *_where(d), reason=decision.reason))
-            else:
-                assert isinstance(decision, Hold)
-        except StaleReceipt as exc:
-            self.report_stale(exc, _OPERATION.get(type(decision), type(decision).__name__))
+
+            return [lost]
+        assert isinstance(decision, Hold)
+        return []
+
+    def _reporting_stale(self, operation: str, step: Step) -> Step:
+        """``step``, its stale receipt reported, not raised."""
+
+        def reporting(again: bool) -> None:
+            try:
+                step(again)
+            except StaleReceipt as exc:
+                self.report_stale(exc, operation)
+
+        return reporting
+
+    def _given_back(self, decision: Settlement, d: Delivery, what: str) -> bool:
+        """After a reconnect: whether what is left of ``decision`` about ``d`` is moot.
+
+        So it is for a retry or a return (``nack``) of a delivery that ended with its
+        connection (RabbitMQ): the broker has the message back already and delivers it
+        again, which is what the decision asked for, less its delay (a retry published too
+        would run it twice, and the original's ack would be a stale receipt).  A success's
+        ack, or a dead letter, is still sent: its stale receipt says that the message will
+        run again.
+        """
+        if not (
+            self._connection_leases
+            and isinstance(decision, RetryMessage | NackMessage)
+            and not original_settled(decision)
+        ):
+            return False
+        log.info(
+            "message %s (queue %s): not %s after the reconnect: the broker has it back (its "
+            "delivery ended with the connection) and delivers it again",
+            d.message_id,
+            d.queue,
+            what,
+        )
+        return True
 
     def settle_held(
         self,
@@ -138,8 +207,12 @@ class Settler:
         retry_delay: float | None = None,
         reason: str | None = None,
         detail: str | None = None,
+        keep: bool = False,
     ) -> None:
-        """Ask :func:`settle` about a held delivery and have its answer carried out."""
+        """Ask :func:`settle` about a held delivery and have its answer carried out.
+
+        :param keep: as :meth:`carry_out`'s.
+        """
         decision = settle(
             h.task.ack,
             outcome,
@@ -148,30 +221,42 @@ class Settler:
             retry_delay=retry_delay,
             reason=reason,
         )
-        if CHORD in h.envelope.headers:
-            self._chord_member(h, outcome, decision, result, detail)  # before the ack too
-        if outcome is Outcome.SUCCEEDED and CHAIN in h.envelope.headers:
-            self._continue_chain(h, result)  # the next step goes before this one's ack
-        elif CHAIN_END in h.envelope.headers and isinstance(
-            decision, DeadLetterMessage | LostMessage
-        ):
-            self._end_chain(h, outcome, decision, result, detail)
-        if self.results is not None and h.task.store_results:
-            record = _record(h, outcome, decision, result, detail)
-            if record is None:
-                pass
-            elif isinstance(decision, AckMessage) and decision.batch:
-                self.pending_results.append(record)  # written with the ack (flush)
-            else:
-                self.results.put([record])
-        self.carry_out(
+        d = h.delivery
+
+        def before(again: bool) -> None:
+            """What goes before the delivery is settled: a chord's count, a chain's next
+            step, the result record (docs/workflows.md, docs/results.md)."""
+            what = "retried" if isinstance(decision, RetryMessage) else "returned"
+            if again and self._given_back(decision, d, what):
+                raise Moot
+            if CHORD in h.envelope.headers:
+                self._chord_member(h, outcome, decision, result, detail)  # before the ack too
+            if outcome is Outcome.SUCCEEDED and CHAIN in h.envelope.headers:
+                self._continue_chain(h, result)  # the next step goes before this one's ack
+            elif CHAIN_END in h.envelope.headers and isinstance(
+                decision, DeadLetterMessage | LostMessage
+            ):
+                self._end_chain(h, outcome, decision, result, detail)
+            if self.results is not None and h.task.store_results:
+                record = _record(h, outcome, decision, result, detail)
+                if record is None:
+                    pass
+                elif isinstance(decision, AckMessage) and decision.batch:
+                    self.pending_results.append(record)  # written with the ack (flush)
+                else:
+                    self.results.put([record])
+
+        steps = self._steps(
             decision,
-            h.delivery,
+            d,
             h.task.name,
             h.envelope,
-            label=label,
-            error=result.error if result else detail,
-            traceback=result.traceback if result else None,
+            label,
+            result.error if result else detail,
+            result.traceback if result else None,
+        )
+        self.unsettled.carry(
+            Unsettled(d, h.task.name, [before, *steps], loses(decision)), keep=keep
         )
 
     def _continue_chain(self, h: Held, result: Result | None) -> None:
@@ -311,23 +396,31 @@ class Settler:
         env: _envelope.Envelope,
         error: str | None,
         traceback: str | None,
-    ) -> None:
+    ) -> list[Step]:
+        """Publish the retry, then ack the original: a crash in between duplicates, never
+        loses.  A broker error in the publish publishes it after the reconnect; one in the
+        ack acks it then (the retry is not published twice)."""
         # A failure's retry is recorded as "retry" (it counts against max_retries); a wait
         # for a busy idempotency key as "key_busy" (it does not).
         new = self._annotated(env, d, "retry" if decision.counts else "key_busy", error, traceback)
         new.eta = time.time() + decision.delay if decision.delay else None
-        # Publish first, then settle the original: a crash in between duplicates, never loses.
         out = Outgoing(env.id, _envelope.encode(new), decision.delay, self._priority(env))
-        self.adapter.publish(d.queue, [out])
-        if decision.counts:
-            self.counters.retried += 1
-            self.events.emit(Retried(task, *_where(d), delay=decision.delay, error=error))
-        else:
-            self.events.emit(
-                Returned(task, *_where(d), reason="idempotency_busy", delay=decision.delay)
-            )
-        if not decision.original_settled:
-            self.adapter.ack([d])
+
+        def publish(again: bool) -> None:
+            if again and self._given_back(decision, d, "retried"):
+                raise Moot
+            self.adapter.publish(d.queue, [out])
+            if decision.counts:
+                self.counters.retried += 1
+                self.events.emit(Retried(task, *_where(d), delay=decision.delay, error=error))
+            else:
+                self.events.emit(
+                    Returned(task, *_where(d), reason="idempotency_busy", delay=decision.delay)
+                )
+
+        if decision.original_settled:
+            return [publish]
+        return [publish, self._reporting_stale("ack", lambda again: self.adapter.ack([d]))]
 
     def _dead_letter(
         self,
@@ -397,8 +490,10 @@ class Settler:
             self.flush()
 
     def flush(self, keep: int = 0) -> None:
-        """Send the pending late acks but the last ``keep``, which stay pending; every
-        pending result is written first."""
+        """Go on with the settlements a broker error cut short (after the reconnect), then
+        send the pending late acks but the last ``keep``, which stay pending; every pending
+        result is written first."""
+        self.unsettled.resume()
         if self.pending_results:
             assert self.results is not None
             self.results.put(self.pending_results)  # raises: kept for after reconnecting
@@ -434,6 +529,24 @@ class Settler:
             self.flush(keep=n - whole_batches(n, self.batch))
             if self.pending:
                 self.due = now + self.ack_delay
+
+    def drop_unsettled(self) -> None:
+        """The worker stops (a cold stop: it gave up on its broker) with settlements a broker
+        error cut short.  A message acked as it started whose retry or dead letter was not
+        published yet is lost, and counted so; the others are still at the broker and come
+        back when their lease runs out."""
+        for u in self.unsettled.drop():
+            d = u.delivery
+            log.warning(
+                "message %s (queue %s): its settlement was not carried out (the broker could "
+                "not be reached)%s",
+                d.message_id,
+                d.queue,
+                ": it is lost" if u.lost_if_dropped else "; it comes back when its lease runs out",
+            )
+            if u.lost_if_dropped:
+                self.counters.lost += 1
+                self.events.emit(Lost(u.task, *_where(d), reason="broker_unreachable"))
 
     # -- reports ---------------------------------------------------------------------------
     def report_stale(self, exc: StaleReceipt, operation: str) -> None:

@@ -216,10 +216,12 @@ class Worker:
 
     @property
     def held(self) -> int:
-        """Deliveries held now: buffered plus running, and asked for by a receive whose answer
-        is not read yet."""
+        """Deliveries held now: buffered plus running, finished but not settled yet (a broker
+        error cut their settlement short), and asked for by a receive whose answer is not
+        read yet."""
         posted = self._posted.asked if self._posted is not None else 0
-        return len(self._buffer) + len(self._running) + posted
+        unsettled = len(self.settler.unsettled)  # finished, their settlement cut short
+        return len(self._buffer) + len(self._running) + posted + unsettled
 
     # -- main loop -------------------------------------------------------------------------
     def run(self) -> int:
@@ -303,11 +305,15 @@ class Worker:
                 if reconnect_in:
                     self.connection.reopen(reconnect_in)
                     reconnect_in = 0.0
+                    # What a broker error left unsettled goes first (a retry's publish).  The
+                    # broker is back only once it went through: a call that fails again on a
+                    # connection that opens is tried again with the backoff, within the
+                    # --broker-timeout, not at once and for ever.
+                    settler.flush()
                     self.reconnecting = False
                     backoff.reset()
                     self.events.emit(Reconnected(time.monotonic() - failing_since))
                     failing_since = 0.0
-                    settler.flush()
                 # 1. stopping?
                 if self._stop_requested and grace_deadline is None:
                     grace_deadline = time.monotonic() + cfg.grace
@@ -679,8 +685,15 @@ class Worker:
             try:
                 # Held until settled: an early-acked message is at the broker again only
                 # once its retry is published.
+                # keep: a broker error keeps what is left of it for after the reconnect (a
+                # retry is published then, not dropped).
                 self.settler.settle_held(
-                    h, Outcome.FAILED, label="failed", result=result, retry_delay=result.retry_delay
+                    h,
+                    Outcome.FAILED,
+                    label="failed",
+                    result=result,
+                    retry_delay=result.retry_delay,
+                    keep=True,
                 )
             finally:
                 del self._running[job_id]
@@ -694,7 +707,7 @@ class Worker:
             self.events.emit(
                 Succeeded(task.name, d.message_id, d.queue, d.attempt, result.duration)
             )
-        self.settler.settle_held(h, Outcome.SUCCEEDED, label="succeeded", result=result)
+        self.settler.settle_held(h, Outcome.SUCCEEDED, label="succeeded", result=result, keep=True)
 
     def _executor_lost(self, job_id: int, reason: str) -> None:
         reason = self._kill_reason.pop(job_id, reason)
@@ -705,7 +718,9 @@ class Worker:
         d = h.delivery
         self.events.emit(Interrupted(h.task.name, d.message_id, d.queue, d.attempt, reason=reason))
         try:
-            self.settler.settle_held(h, Outcome.EXECUTOR_LOST, label=reason, reason=reason)
+            self.settler.settle_held(
+                h, Outcome.EXECUTOR_LOST, label=reason, reason=reason, keep=True
+            )
         finally:
             del self._running[job_id]
 
@@ -753,6 +768,7 @@ class Worker:
             self.settler.settle_held(h, Outcome.ABANDONED, label="abandoned")
         self._running.clear()
         self._return_buffer()
+        self.settler.drop_unsettled()
         return 1
 
 
