@@ -62,9 +62,9 @@ if TYPE_CHECKING:
         redact_url,
     )
     from ackwise._task import TRANSIENT_ERRORS, Retry, RetryPolicy, Signature, Task, TaskContext
+    from ackwise._version import __version__
     from ackwise._worker import Worker, WorkerConfig
 
-from ackwise._version import __version__
 
 __all__ = [
     "ENVELOPE_VERSION",
@@ -147,6 +147,7 @@ __all__ = [
 
 #: Where each public name lives: ``name: (module, attribute)``.
 _LAZY: dict[str, tuple[str, str]] = {
+    "__version__": ("ackwise._version", "__version__"),
     "App": ("ackwise._app", "App"),
     "Beat": ("ackwise._beat", "Beat"),
     "BeatConfig": ("ackwise._beat", "BeatConfig"),
