@@ -15,7 +15,14 @@ import pytest
 
 from ackwise import App, Worker, WorkerConfig, open_rate_limiter
 from ackwise._execution import Job, Result, Runner
-from ackwise._ratelimit import StartGate, next_slot, parse_rate
+from ackwise._ratelimit import (
+    MARGIN_CAP,
+    MemoryRateLimiter,
+    StartGate,
+    next_slot,
+    parse_rate,
+)
+from ackwise._spi import BrokerURL
 from ackwise.errors import ConfigurationError
 from ackwise.testing import run_worker
 from ackwise_conformance import eventually
@@ -74,10 +81,55 @@ def test_a_start_is_recorded_only_an_interval_after_the_last_one(
         assert b.reserve("t", 1.0) == 0.0 and 0.9 < b.reserve("t", 1.0) <= 1.0
         assert b.start("t", 1.0) == 0.0  # the first start; slots reserved ahead stay
         assert 1.9 < a.reserve("t", 1.0) <= 2.0
+        a.forget("t")
+        assert a.start("t", 1.0, margin=0.5) == 0.0  # recorded as begun half a second on
+        assert 1.4 < b.start("t", 1.0) <= 1.5 and 1.4 < b.reserve("t", 1.0) <= 1.5
     finally:
         a.forget("t")
         a.close()
         b.close()
+
+
+class _LateFirstAnswer(MemoryRateLimiter):
+    """The memory store, whose first answer to :meth:`start` reaches its caller ``late``
+    seconds after the store recorded it: a thread woken late from its wait for the reply."""
+
+    def __init__(self, late: float) -> None:
+        super().__init__(BrokerURL.parse(f"memory://{uuid.uuid4()}"))
+        self.late = late
+        self.answering = threading.Event()
+
+    def start(self, key: str, interval: float, margin: float = 0.0) -> float:
+        wait = super().start(key, interval, margin)
+        if not self.answering.is_set():
+            self.answering.set()
+            time.sleep(self.late)
+        return wait
+
+
+def test_a_start_whose_answer_comes_back_late_is_asked_again() -> None:
+    """A's start is recorded, but its answer reaches A an interval later, just when B's start
+    (an interval after A's record) comes: begun then, A and B would start together.  A gives
+    its start up and asks again: one of them starts then, the other an interval later."""
+    interval = 0.2
+    limiter = _LateFirstAnswer(late=interval + 0.01)
+    limiter.open()
+    gate = StartGate(limiter)
+    begun: dict[str, float] = {}
+
+    def begin(name: str) -> None:
+        gate("t", interval)
+        begun[name] = time.monotonic()
+
+    a = threading.Thread(target=begin, args=("a",))
+    a.start()
+    assert limiter.answering.wait(10)
+    b = threading.Thread(target=begin, args=("b",))
+    b.start()
+    a.join(10)
+    b.join(10)
+    # Timed a few instructions after the gate let each begin: half an interval is room.
+    assert abs(begun["a"] - begun["b"]) >= interval / 2, begun
 
 
 def test_a_start_waits_while_the_store_cannot_record_it(
@@ -98,7 +150,7 @@ def test_a_start_waits_while_the_store_cannot_record_it(
             assert not begun.is_set()
             blocker.execute("ROLLBACK")
             assert begun.wait(10)
-        assert 59 < limiter.start("t", 60.0) <= 60  # recorded
+        assert 59 < limiter.start("t", 60.0) <= 60 + MARGIN_CAP  # recorded, with its margin
     finally:
         if blocker.in_transaction:
             blocker.execute("ROLLBACK")

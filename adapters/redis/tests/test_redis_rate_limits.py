@@ -43,6 +43,9 @@ def test_a_start_is_recorded_only_an_interval_after_the_last_one(redis_url: str)
         assert b.start(key, 1.0) == 0.0  # the first start; slots reserved ahead stay
         assert 1.9 < a.reserve(key, 1.0) <= 2.0
         a.forget(key)
+        assert a.start(key, 1.0, margin=0.5) == 0.0  # recorded as begun half a second on
+        assert 1.4 < b.start(key, 1.0) <= 1.5 and 1.4 < b.reserve(key, 1.0) <= 1.5
+        a.forget(key)
         assert a.start(key, 0.05) == 0.0
         time.sleep(1.2)  # the start has passed and its key expired with it
         assert b.start(key, 0.05) == 0.0
@@ -52,12 +55,21 @@ def test_a_start_is_recorded_only_an_interval_after_the_last_one(redis_url: str)
         b.close()
 
 
-@pytest.mark.parametrize("operation", ["reserve", "start"])
-def test_a_bad_interval_is_refused_by_the_script(redis_url: str, operation: str) -> None:
+@pytest.mark.parametrize(
+    ("operation", "args", "refused"),
+    [
+        ("reserve", (0.0,), "bad interval"),
+        ("start", (0.0,), "bad interval"),
+        ("start", (1.0, -1.0), "bad margin"),
+    ],
+)
+def test_a_bad_interval_or_margin_is_refused_by_the_script(
+    redis_url: str, operation: str, args: tuple[float, ...], refused: str
+) -> None:
     limiter = open_rate_limiter(redis_url)
     try:
-        with pytest.raises(Exception, match="bad interval"):
-            getattr(limiter, operation)(f"t-{uuid.uuid4().hex}", 0.0)
+        with pytest.raises(Exception, match=refused):
+            getattr(limiter, operation)(f"t-{uuid.uuid4().hex}", *args)
     finally:
         limiter.close()
 

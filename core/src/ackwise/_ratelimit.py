@@ -70,13 +70,15 @@ class RateLimiter(abc.ABC):
         how many seconds from now it is (0: start now)."""
 
     @abc.abstractmethod
-    def start(self, key: str, interval: float) -> float:
-        """Record a start of ``key`` now, unless the last one recorded is less than
-        ``interval`` s ago, in one atomic step; return 0.0 when recorded, else how many
-        seconds until it may be (nothing recorded then).
+    def start(self, key: str, interval: float, margin: float = 0.0) -> float:
+        """Record a start of ``key``, unless the last one recorded is less than ``interval``
+        s ago, in one atomic step; return 0.0 when recorded, else how many seconds until it
+        may be (nothing recorded then).
 
-        A recorded start also moves the next free slot (:meth:`reserve`) to at least
-        ``interval`` after it: slots reserved from then on count from the real start."""
+        The start is recorded ``margin`` s after now: the latest moment the caller will begin
+        it (it gives the start up if the answer reaches it later), so that the next start
+        comes at least ``interval`` after the task really began.  A recorded start also moves
+        the next free slot (:meth:`reserve`) to at least ``interval`` after it."""
 
     @abc.abstractmethod
     def forget(self, key: str) -> None:
@@ -94,6 +96,16 @@ def start_wait(last: float | None, now: float, interval: float) -> float:
     return 0.0 if last is None or last + interval <= now else last + interval - now
 
 
+#: The first margin a start is recorded with (:meth:`RateLimiter.start`), as a share of the
+#: interval and at most MARGIN_CAP seconds: at most 5 % fewer starts than the limit while a
+#: task is always waiting, and room for a store's usual answer time (a local Redis or SQLite
+#: answers in well under a millisecond).
+MARGIN_SHARE = 0.05
+MARGIN_CAP = 0.05
+#: The widest margin a start is asked with after its answers kept coming back too late.
+MARGIN_MAX = 60.0
+
+
 class StartGate:
     """Hold the body of a rate-limited task until its start is recorded
     (:meth:`RateLimiter.start`): the last step before an executor calls the task's function.
@@ -102,6 +114,11 @@ class StartGate:
     child that runs it may begin later (the OS or the GIL held it back) while the next slot's
     job begins on time: spaced by their slots only, the two would start together.  Recorded
     here, in the executor, a late start makes the next one wait an interval after it.
+
+    The answer of the store can come back late too (a thread woken late from its wait for
+    it).  So a start is recorded a margin ahead, and given up when the answer took longer than
+    that to come: it is asked for again, with twice the margin (the margin that worked is
+    where the next start of the task begins, halved).
 
     :param limiter: the app's rate limit store, open.
     :param lock: taken around each call of ``limiter`` when threads share it with others
@@ -113,18 +130,23 @@ class StartGate:
     ) -> None:
         self.limiter = limiter
         self._lock = lock if lock is not None else contextlib.nullcontext()
+        self._margins: dict[str, float] = {}  # task name -> the margin its last start had
 
     def __call__(self, key: str, interval: float) -> None:
-        """Return once a start of ``key`` is recorded, now.
+        """Return once a start of ``key`` is recorded and its answer came in its margin.
 
         While the store cannot be reached the start waits, asking again with a growing
         delay: the function never begins unrecorded.  (A worker that stops meanwhile waits
         for it as for a running task, up to its grace period.)"""
+        first = min(interval * MARGIN_SHARE, MARGIN_CAP)
+        margin = max(first, self._margins.get(key, first))
         backoff = Backoff()
         while True:
             try:
                 with self._lock:
-                    wait = self.limiter.start(key, interval)
+                    asked = time.monotonic()
+                    wait = self.limiter.start(key, interval, margin)
+                    took = time.monotonic() - asked
             except TransientAdapterError as exc:
                 wait = backoff.next()
                 log.warning(
@@ -136,8 +158,22 @@ class StartGate:
                     wait,
                 )
             else:
-                if wait <= 0:
+                if wait <= 0 and took <= margin:
+                    self._margins[key] = margin / 2
                     return
+                if wait <= 0:
+                    # Begun now, it could come less than an interval before the next start,
+                    # which counts from the recorded one.  Its slot stays idle.
+                    log.debug(
+                        "start of %s given up: the store answered in %.4fs, past its margin of "
+                        "%.4fs; asking again with %.4fs",
+                        key,
+                        took,
+                        margin,
+                        min(margin * 2, MARGIN_MAX),
+                    )
+                    margin = min(margin * 2, MARGIN_MAX)
+                    continue  # refused now: the answer says how long to wait
                 # Not recorded: another start may take it first, and then this one waits again.
             time.sleep(wait)
 
@@ -167,13 +203,14 @@ class MemoryRateLimiter(RateLimiter):
             wait, self._slots[key] = next_slot(self._slots.get(key), time.monotonic(), interval)
         return wait
 
-    def start(self, key: str, interval: float) -> float:
+    def start(self, key: str, interval: float, margin: float = 0.0) -> float:
         with _memory_lock:
             now = time.monotonic()
             wait = start_wait(self._starts.get(key), now, interval)
             if wait == 0.0:
-                self._starts[key] = now
-                self._slots[key] = max(self._slots.get(key, now), now + interval)
+                begun = now + margin
+                self._starts[key] = begun
+                self._slots[key] = max(self._slots.get(key, now), begun + interval)
         return wait
 
     def forget(self, key: str) -> None:
@@ -192,7 +229,7 @@ CREATE TABLE IF NOT EXISTS ackwise_rate_limits (
 _SQLITE_STARTS = """
 CREATE TABLE IF NOT EXISTS ackwise_rate_starts (
     key   TEXT PRIMARY KEY,
-    last  REAL NOT NULL          -- the last recorded start (unix time)
+    last  REAL NOT NULL          -- the last recorded start, margin included (unix time)
 ) WITHOUT ROWID
 """
 _SQLITE_SET_NEXT = (
@@ -218,7 +255,7 @@ class SQLiteRateLimiter(SQLiteStore, RateLimiter):
             db.execute(_SQLITE_SET_NEXT, (key, after))
         return wait
 
-    def start(self, key: str, interval: float) -> float:
+    def start(self, key: str, interval: float, margin: float = 0.0) -> float:
         with self._tx() as db:
             now = time.time()
             row = db.execute(
@@ -226,16 +263,17 @@ class SQLiteRateLimiter(SQLiteStore, RateLimiter):
             ).fetchone()
             wait = start_wait(None if row is None else row[0], now, interval)
             if wait == 0.0:
+                begun = now + margin
                 db.execute(
                     "INSERT INTO ackwise_rate_starts (key, last) VALUES (?, ?) "
                     "ON CONFLICT (key) DO UPDATE SET last = excluded.last",
-                    (key, now),
+                    (key, begun),
                 )
                 row = db.execute(
                     "SELECT next FROM ackwise_rate_limits WHERE key = ?", (key,)
                 ).fetchone()
-                if row is None or row[0] < now + interval:
-                    db.execute(_SQLITE_SET_NEXT, (key, now + interval))
+                if row is None or row[0] < begun + interval:
+                    db.execute(_SQLITE_SET_NEXT, (key, begun + interval))
         return wait
 
     def forget(self, key: str) -> None:

@@ -31,10 +31,11 @@ class RedisRateLimiter(RedisStoreBase, RateLimiter):
             wait = self._link.eval(_RESERVE, [self._key(key)], [repr(float(interval))])
         return max(0.0, float(wait))
 
-    def start(self, key: str, interval: float) -> float:
+    def start(self, key: str, interval: float, margin: float = 0.0) -> float:
         name = self._key(key)
+        argv = [repr(float(interval)), repr(float(margin))]
         with self._mutex, self._link.errors():
-            wait = self._link.eval(_START, [name, f"{name}:start"], [repr(float(interval))])
+            wait = self._link.eval(_START, [name, f"{name}:start"], argv)
         return max(0.0, float(wait))
 
     def forget(self, key: str) -> None:
