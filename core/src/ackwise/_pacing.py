@@ -15,7 +15,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ackwise._plugins import open_rate_limiter
-from ackwise._ratelimit import RateLimiter, StartGate
+from ackwise._ratelimit import RateLimiter, StartGate, first_margin
 
 if TYPE_CHECKING:
     from ackwise._app import App
@@ -67,8 +67,11 @@ class Pacer:
         due = self._due.get(name)
         if due is None:
             assert self.limiter is not None, "Pacer.open() first"
+            # Slots as far apart as the starts will be: an interval, and the margin each
+            # start is recorded with (StartGate), so that the gate does not wait for it.
+            spacing = interval + first_margin(interval)
             with self._lock:
-                due = now + self.limiter.reserve(name, interval)
+                due = now + self.limiter.reserve(name, spacing)
         if due <= now:
             self._due.pop(name, None)
             return True

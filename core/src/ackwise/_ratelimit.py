@@ -106,6 +106,11 @@ MARGIN_CAP = 0.05
 MARGIN_MAX = 60.0
 
 
+def first_margin(interval: float) -> float:
+    """The margin a start of a task of ``interval`` is first recorded with."""
+    return min(interval * MARGIN_SHARE, MARGIN_CAP)
+
+
 class StartGate:
     """Hold the body of a rate-limited task until its start is recorded
     (:meth:`RateLimiter.start`): the last step before an executor calls the task's function.
@@ -138,7 +143,7 @@ class StartGate:
         While the store cannot be reached the start waits, asking again with a growing
         delay: the function never begins unrecorded.  (A worker that stops meanwhile waits
         for it as for a running task, up to its grace period.)"""
-        first = min(interval * MARGIN_SHARE, MARGIN_CAP)
+        first = first_margin(interval)
         margin = max(first, self._margins.get(key, first))
         backoff = Backoff()
         while True:
