@@ -94,6 +94,7 @@ BENCHES = [
         "dashboard.py",
         "results-dashboard.md",
         "the dashboard's page loads with 100 queues and 10,000 dead letters (SQLite, Chromium)",
+        runs=5,
     ),
     Bench(
         "scaling",
