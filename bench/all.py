@@ -90,6 +90,13 @@ BENCHES = [
         "a rate limit shared by two workers (Redis)",
     ),
     Bench(
+        "dashboard",
+        "dashboard.py",
+        "results-dashboard.md",
+        "the dashboard's page loads with 100 queues and 10,000 dead letters (SQLite, Chromium)",
+        runs=5,
+    ),
+    Bench(
         "scaling",
         "scaling.py",
         "results-scaling.md",

@@ -78,8 +78,8 @@ class App:
         #: Where task results live: the given URL, else the broker's own store if its adapter
         #: provides one (SQLite: the same file; memory: in-process; Redis: the same server).
         self.result_store_url = self._own("result", result_store)
-        #: Where rate-limited tasks reserve their starts: the given URL, else the broker's own
-        #: limiter if its adapter provides one (memory, SQLite, Redis).
+        #: Where rate-limited tasks reserve and record their starts: the given URL, else the
+        #: broker's own limiter if its adapter provides one (memory, SQLite, Redis).
         self.rate_limit_store_url = self._own("rate limit", rate_limit_store)
         #: Where workers announce themselves (``ackwise workers``): the given URL, else the
         #: broker's own registry if its adapter provides one (memory, SQLite, Redis, PostgreSQL).

@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import importlib
 import signal
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -75,11 +76,22 @@ class Result:
         return cls(*raw[:7])
 
 
-class Runner:
-    """Runs jobs for one executor thread or process; owns that executor's event loop."""
+#: What an executor calls as the last step before a rate-limited task's function, with the
+#: task's name and interval: it returns once the start is recorded in the app's rate limit
+#: store (:class:`ackwise._ratelimit.StartGate`).
+Gate = Callable[[str, float], None]
 
-    def __init__(self, app: App) -> None:
+
+class Runner:
+    """Runs jobs for one executor thread or process; owns that executor's event loop.
+
+    :param gate: called right before the function of a task with a rate limit (``None``:
+        not held, as in eager mode).
+    """
+
+    def __init__(self, app: App, gate: Gate | None = None) -> None:
         self.app = app
+        self.gate = gate
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def run(self, job: Job) -> Result:
@@ -122,12 +134,24 @@ class Runner:
 
     def _call(self, task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
         soft = task.soft_time_limit
+        begin: Callable[[], None] | None = None
+        if self.gate is not None and task.rate_interval is not None:
+            begin = functools.partial(self.gate, task.name, task.rate_interval)
         if task.is_async:
-            coro = task.fn(*args, **kwargs)
+            coro = task.fn(*args, **kwargs)  # not begun yet: that is the loop's first step
+            if begin is not None:
+                coro = _gated(begin, coro)
             return self._run_async(_soft_limited(coro, soft) if soft else coro)
+        # The gate is the last step before the function: whatever held this thread back
+        # until then (a late wake-up, a tracer, a soft limit's timer) delays the recorded
+        # start, and the next start counts from it.
         if soft:
             with _soft_limit(soft):
+                if begin is not None:
+                    begin()
                 return task.fn(*args, **kwargs)
+        if begin is not None:
+            begin()
         return task.fn(*args, **kwargs)
 
     def _call_traced(
@@ -182,6 +206,17 @@ def _format_traceback(exc: BaseException) -> str:
         tb = tb.tb_next
     text = "".join(traceback.format_exception(type(exc), exc, tb))
     return text[-_TRACEBACK_LIMIT:]
+
+
+async def _gated(begin: Callable[[], None], coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` once ``begin`` returned (on this executor's own loop, which runs nothing
+    else meanwhile: blocking it is waiting for the start)."""
+    try:
+        begin()
+    except BaseException:
+        coro.close()  # never begun: no "never awaited" warning
+        raise
+    return await coro
 
 
 async def _soft_limited(coro: Any, seconds: float) -> Any:

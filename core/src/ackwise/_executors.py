@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ackwise import _logconfig, _tracing
-from ackwise._execution import Job, Result, Runner
+from ackwise._execution import Gate, Job, Result, Runner
+from ackwise._plugins import open_rate_limiter
+from ackwise._ratelimit import StartGate
 from ackwise.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -98,16 +100,24 @@ class ThreadExecutor(Executor):
     Jobs beyond the idle threads (:attr:`~Executor.ahead`) wait in the job queue; a thread
     takes the next one as it finishes, and a job withdrawn before a thread took it is skipped.
     A job handed to an idle thread has started, whether or not that thread took it yet.
+
+    :param gate: what a thread calls right before the function of a rate-limited task (see
+        :class:`~ackwise._execution.Runner`).
     """
 
     kind = "threads"
     can_queue = True
 
     def __init__(
-        self, app: App, concurrency: int, completions: queue.SimpleQueue[Completion]
+        self,
+        app: App,
+        concurrency: int,
+        completions: queue.SimpleQueue[Completion],
+        gate: Gate | None = None,
     ) -> None:
         super().__init__(concurrency, completions)
         self.app = app
+        self.gate = gate
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._busy = 0  # submitted and not finished: running or waiting
@@ -158,7 +168,7 @@ class ThreadExecutor(Executor):
         return taken
 
     def _run(self) -> None:
-        runner = Runner(self.app)
+        runner = Runner(self.app, self.gate)
         lock, waiting, completions = self._lock, self._waiting, self.completions
         try:
             while True:
@@ -482,7 +492,13 @@ def child_main(app_path: str, job_fd: int, result_fd: int, parent_pid: int) -> N
     from ackwise._execution import load_app
 
     app = load_app(app_path)
-    runner = Runner(app)
+    limiter = None
+    if any(t.rate_interval is not None for t in app.tasks.values()):
+        # Each child records its own starts: the gate is the last step before a function.
+        # The worker refuses a store this process could not share (memory://).
+        assert app.rate_limit_store_url is not None, "check_app() refuses a rate_limit without"
+        limiter = open_rate_limiter(app.rate_limit_store_url, app.plugins)
+    runner = Runner(app, StartGate(limiter) if limiter is not None else None)
     os.write(result_fd, _FRAME.pack(len(_READY)) + _READY)
     encode = msgspec.msgpack.encode
     while True:
@@ -497,5 +513,7 @@ def child_main(app_path: str, job_fd: int, result_fd: int, parent_pid: int) -> N
         out = encode(result.to_wire())
         os.write(result_fd, _FRAME.pack(len(out)) + out)
     runner.close()
+    if limiter is not None:
+        limiter.close()
     _tracing.flush()  # os._exit skips atexit, where a tracer provider would flush
     os._exit(0)

@@ -4,15 +4,18 @@ slot reserved in the broker's shared :class:`~ackwise.RateLimiter`.
 A worker reserves a task's next slot when a delivery of it could start (a free executor slot)
 and it has no slot of that task waiting already: so it holds at most one reservation per task,
 and the slots of all workers interleave in the shared store.  Until its slot comes the delivery
-stays in the prefetch buffer (its lease renewed) and the others start past it.
+stays in the prefetch buffer (its lease renewed) and the others start past it.  When it comes
+the delivery goes to the executor, whose thread records the start right before the task's
+function (:meth:`Pacer.gate`), through the same store.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from ackwise._plugins import open_rate_limiter
-from ackwise._ratelimit import RateLimiter
+from ackwise._ratelimit import RateLimiter, StartGate, first_margin
 
 if TYPE_CHECKING:
     from ackwise._app import App
@@ -30,6 +33,8 @@ class Pacer:
         self.active = any(t.rate_interval is not None for t in app.tasks.values())
         self.limiter: RateLimiter | None = None
         self._due: dict[str, float] = {}  # task name -> when its reserved slot comes (monotonic)
+        # The executor's threads record starts through the same limiter as this loop.
+        self._lock = threading.Lock()
 
     def open(self) -> None:
         """Open the app's rate limit store, where a task has a rate limit.
@@ -41,9 +46,16 @@ class Pacer:
             self.limiter = open_rate_limiter(url, self.app.plugins)
 
     def close(self) -> None:
-        limiter, self.limiter = self.limiter, None
+        with self._lock:
+            limiter, self.limiter = self.limiter, None
         if limiter is not None:
             limiter.close()
+
+    def gate(self) -> StartGate:
+        """What the thread pool's threads call right before a rate-limited task's function
+        (the limiter of :meth:`open`, shared with this loop)."""
+        assert self.limiter is not None, "Pacer.open() first"
+        return StartGate(self.limiter, self._lock)
 
     def may_start(self, h: Held, now: float) -> bool:
         """Whether ``h`` may start at ``now`` (monotonic); reserves its task's next slot when
@@ -55,7 +67,11 @@ class Pacer:
         due = self._due.get(name)
         if due is None:
             assert self.limiter is not None, "Pacer.open() first"
-            due = now + self.limiter.reserve(name, interval)
+            # Slots as far apart as the starts will be: an interval, and the margin each
+            # start is recorded with (StartGate), so that the gate does not wait for it.
+            spacing = interval + first_margin(interval)
+            with self._lock:
+                due = now + self.limiter.reserve(name, spacing)
         if due <= now:
             self._due.pop(name, None)
             return True

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ackwise._spi import MAX_PRIORITY, Adapter, Capabilities, LeaseExtension
+from ackwise._spi import MAX_PRIORITY, Adapter, BrokerURL, Capabilities, LeaseExtension
 from ackwise.errors import (
     AckwiseError,
     ConfigurationError,
@@ -197,6 +197,20 @@ class WorkerConfig:
             raise ConfigurationError(
                 "--pool prefork needs the app's import path ('module:app') to start children; "
                 "use the threads pool for an App object without one"
+            )
+        paced = sorted(t.name for t in app.tasks.values() if t.rate_interval is not None)
+        store = app.rate_limit_store_url
+        if (
+            self.pool == "prefork"
+            and paced
+            and store is not None
+            and BrokerURL.parse(store).scheme.lower() == "memory"
+        ):
+            # Each child records the starts it makes in the store (docs/rate-limits.md).
+            raise ConfigurationError(
+                f"tasks {paced} have a rate_limit kept in {store}, this process's memory, "
+                "which the prefork pool's children cannot reach; use --pool threads, or "
+                "App(rate_limit_store=URL) with a store they share (sqlite, redis)"
             )
         self.queues = list(self.queues) or app.queues()
 

@@ -242,7 +242,8 @@ class Worker:
             assert cfg.app_path is not None
             executor: Executor = PreforkExecutor(cfg.app_path, cfg.concurrency, self._completions)
         else:
-            executor = ThreadExecutor(self.app, cfg.concurrency, self._completions)
+            gate = self.pacer.gate() if self.pacer.active else None
+            executor = ThreadExecutor(self.app, cfg.concurrency, self._completions, gate)
         self._executor = executor
         executor.start()
         log.info(

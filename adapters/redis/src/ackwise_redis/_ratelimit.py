@@ -1,7 +1,9 @@
 """Task rate limits in Redis (the default on Redis; docs/rate-limits.md).
 
-One string ``{<prefix>:rate:<key>}`` per rate-limited task: its next free start on the Redis
-server's clock, moved on by ``lua/rate_reserve.lua`` in one atomic step per start.
+Two strings per rate-limited task, on the Redis server's clock: ``{<prefix>:rate:<key>}``, its
+next free start, moved on by ``lua/rate_reserve.lua`` in one atomic step per reservation; and
+``{<prefix>:rate:<key>}:start``, its last start, recorded by ``lua/rate_start.lua`` as an
+executor begins the task.  Both expire once they no longer hold anything back.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from ackwise_redis._store import RedisStoreBase
 __all__ = ["RedisRateLimiter"]
 
 _RESERVE = load_script("rate_reserve")
+_START = load_script("rate_start")
 
 
 class RedisRateLimiter(RedisStoreBase, RateLimiter):
@@ -28,6 +31,14 @@ class RedisRateLimiter(RedisStoreBase, RateLimiter):
             wait = self._link.eval(_RESERVE, [self._key(key)], [repr(float(interval))])
         return max(0.0, float(wait))
 
-    def forget(self, key: str) -> None:
+    def start(self, key: str, interval: float, margin: float = 0.0) -> float:
+        name = self._key(key)
+        argv = [repr(float(interval)), repr(float(margin))]
         with self._mutex, self._link.errors():
-            self._link.delete([self._key(key)])
+            wait = self._link.eval(_START, [name, f"{name}:start"], argv)
+        return max(0.0, float(wait))
+
+    def forget(self, key: str) -> None:
+        name = self._key(key)
+        with self._mutex, self._link.errors():
+            self._link.delete([name, f"{name}:start"])
