@@ -362,3 +362,20 @@ def test_a_delivery_waiting_for_its_slot_keeps_its_lease(tmp_path: Path) -> None
         w.join(timeout=20)
     assert attempts == [1, 1]
     app.close()
+
+
+def test_a_limiter_written_before_starts_were_recorded_still_limits_and_says_so_once(caplog):
+    # A third-party limiter that implements only reserve and forget (the methods of the
+    # contract before RateLimiter.start): it keeps working, spaced by its reservations.
+    from ackwise import RateLimiter
+    from ackwise._ratelimit import MemoryRateLimiter
+
+    class Older(MemoryRateLimiter):
+        start = RateLimiter.start
+
+    limiter = Older(BrokerURL.parse(f"memory://{uuid.uuid4().hex}"))
+    with caplog.at_level(logging.WARNING, logger="ackwise._ratelimit"):
+        assert limiter.start("k", 0.1) == 0.0
+        assert limiter.start("k", 0.1) == 0.0
+    warned = [r for r in caplog.records if "does not record starts" in r.getMessage()]
+    assert len(warned) == 1

@@ -32,6 +32,9 @@ __all__ = ["MemoryRateLimiter", "RateLimiter", "SQLiteRateLimiter", "StartGate",
 
 log = logging.getLogger(__name__)
 
+#: Limiter classes already warned about (:meth:`RateLimiter.start`).
+_WARNED: set[type] = set()
+
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([smh])\s*$")
 
@@ -69,7 +72,6 @@ class RateLimiter(abc.ABC):
         """Take the next free start of ``key`` (starts ``interval`` s apart) atomically; return
         how many seconds from now it is (0: start now)."""
 
-    @abc.abstractmethod
     def start(self, key: str, interval: float, margin: float = 0.0) -> float:
         """Record a start of ``key``, unless the last one recorded is less than ``interval``
         s ago, in one atomic step; return 0.0 when recorded, else how many seconds until it
@@ -78,7 +80,20 @@ class RateLimiter(abc.ABC):
         The start is recorded ``margin`` s after now: the latest moment the caller will begin
         it (it gives the start up if the answer reaches it later), so that the next start
         comes at least ``interval`` after the task really began.  A recorded start also moves
-        the next free slot (:meth:`reserve`) to at least ``interval`` after it."""
+        the next free slot (:meth:`reserve`) to at least ``interval`` after it.
+
+        Optional for a third-party limiter written before this method: the default records
+        nothing and lets every start go, so its starts are spaced by the reservations alone
+        (a start that begins late can come close to the next one), and says so once.
+        """
+        if type(self) not in _WARNED:
+            _WARNED.add(type(self))
+            log.warning(
+                "rate limiter %s does not record starts (RateLimiter.start): its tasks' starts "
+                "are spaced by their reserved slots only",
+                type(self).__qualname__,
+            )
+        return 0.0
 
     @abc.abstractmethod
     def forget(self, key: str) -> None:
