@@ -246,7 +246,8 @@ class Beat:
             self._resolve_unsure()
         if lead.token is not None:
             lead.maintain()
-        if lead.token is None and self.clock() >= self._next_acquire:
+        # A beat told to stop takes no lock: it would release it at once, after an election.
+        if lead.token is None and not self._stop.is_set() and self.clock() >= self._next_acquire:
             self._next_acquire = self.clock() + self.config.tick
             try:
                 if lead.try_acquire():

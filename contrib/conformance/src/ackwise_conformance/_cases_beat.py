@@ -123,8 +123,12 @@ def _check_fires(
         )
 
 
-def _stop_beats(h: Harness, beats: list[Any]) -> None:
-    for b in beats:
+def _stop_beats(h: Harness, beats: list[Any], group: str = "") -> None:
+    """SIGTERM every beat, the leader last: a follower still running when the leader releases
+    the lock would take it (an election the scenario did not make); a beat told to stop takes
+    no lock any more."""
+    leader = h.leader_pid(group)
+    for b in sorted(beats, key=lambda b: b.pid == leader):
         b.signal(signal.SIGCONT)
         expect(b.alive(), f"beat {b.index} died:\n{b.output()[-2000:]}")
         b.terminate()
@@ -157,7 +161,7 @@ def b01(h: Harness) -> None:
         _wait_fires(h, BEAT_TICKS + 2, queue, what=f" from {n} beats")
         leader = h.leader_pid(group)
         expect(leader in {b.pid for b in beats}, f"no beat of the {n} leads: {h.leader(group)}")
-        _stop_beats(h, beats)
+        _stop_beats(h, beats, group)
         fires = h.fires(queue)
         _check_fires(h, fires, gap=timing.gap_bound + _slack(h))
         fences = sorted({f.fence for f in fires})
