@@ -9,6 +9,7 @@ URL scheme by the ackwise plugin hook at the bottom of this module::
     broken-pop-first:///path.db       receive pops rows; "in flight" lives in process memory
     broken-no-redelivery:///path.db   expired leases are never taken again
     broken-shutdown-loss:///path.db   returns are deferred to the next poll; close() drops them
+    broken-no-extend:///path.db       extend answers but moves no lease
 
 Two more count in ``stats().in_flight`` only the deliveries of their own instance, as RabbitMQ
 does without its management API (``global_in_flight=False``): the suite must neither claim a
@@ -69,6 +70,7 @@ SCHEMES = {
     "broken-pop-first": "PopFirstAdapter",
     "broken-no-redelivery": "NoRedeliveryAdapter",
     "broken-shutdown-loss": "ShutdownLossAdapter",
+    "broken-no-extend": "NoExtendAdapter",
     "own-in-flight": "OwnInFlightAdapter",
     "broken-stale-ack-own-in-flight": "StaleAckOwnInFlightAdapter",
 }
@@ -320,6 +322,22 @@ def _classes() -> dict[str, type[Adapter]]:
             )
             return due
 
+    # -- 5b. extends nothing --------------------------------------------------------------------
+    class NoExtendAdapter(_Broken):
+        """BUG: ``extend`` checks the receipts and answers, but moves no lease.
+
+        Imitates an adapter that sends a "touch" the broker ignores (a wrong visibility
+        timeout of 0, an ack subject typo): a long task's message is delivered to another
+        consumer while it still runs.
+        """
+
+        name = "broken-no-extend"
+
+        def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
+            stale = [d for d in deliveries if d.lease_deadline <= time.time()]
+            if stale:
+                raise StaleReceipt(stale, "extend")
+
     # -- 6. loses prefetched messages on shutdown ----------------------------------------------
     class ShutdownLossAdapter(_Broken):
         """BUG: ``nack(delay=0)`` is deferred to the next ``receive``; ``close()`` drops it.
@@ -415,6 +433,7 @@ def _classes() -> dict[str, type[Adapter]]:
         PopFirstAdapter,
         NoRedeliveryAdapter,
         ShutdownLossAdapter,
+        NoExtendAdapter,
         OwnInFlightAdapter,
         StaleAckOwnInFlightAdapter,
     ]
