@@ -777,6 +777,28 @@ def test_a_beat_stopping_after_the_lock_moved_fires_its_claim_whose_answer_was_l
     assert _fires_by_second(app) == [(9, 2)]  # b goes on, and never fires 12:00:03
 
 
+def test_a_beat_leads_again_only_once_its_claim_whose_answer_was_lost_is_settled():
+    # One beat; its claim of 12:00:03 is recorded, its answer lost, and its claims keep failing
+    # past the TTL while the store still answers acquires.  Leading again then would lose the
+    # next claim's answer too, and forget the first: it takes the lock again only once the
+    # store has told it the first claim was its own.
+    clock = FakeClock(utc(2025, 1, 1, 12))
+    app, store = _app(every=1.0, missed="catch_up"), uuid.uuid4().hex
+    a = _beat(app, clock, store)
+    _drive([a], clock, 2.5)
+    down = [True]
+    _failing_claims(a, lambda n: "lost" if n == 1 else ("down" if down[0] else "ok"))
+    _drive([a], clock, 5.0)
+    down[0] = False
+    _drive([a], clock, 2.0)
+    assert sorted(_fires_by_second(app)) == [
+        (1, 1),
+        (2, 1),
+        (3, 1),
+        *((s, 2) for s in range(4, 10)),
+    ]
+
+
 def test_a_claim_whose_answer_was_lost_before_the_store_recorded_it_is_fired_by_the_next_leader(
     caplog,
 ):

@@ -254,7 +254,10 @@ class Beat:
             self._resolve_unsure()
         if lead.token is not None:
             lead.maintain()
-        if lead.token is None and self.clock() >= self._next_acquire:
+        # Not while a claim whose answer was lost is unsettled (the store failed again just
+        # now): leading again could lose the next claim's answer too, and that one's record
+        # would take the first's place.
+        if lead.token is None and self._unsure is None and self.clock() >= self._next_acquire:
             self._next_acquire = self.clock() + self.config.tick
             try:
                 if lead.try_acquire():
