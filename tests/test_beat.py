@@ -812,7 +812,7 @@ def test_a_claim_whose_answer_was_lost_before_the_store_recorded_it_is_fired_by_
     with caplog.at_level(logging.INFO, logger="ackwise"):
         _drive([a, b], clock, 1.0)
     assert _fires_by_second(app) == [(1, 1), (2, 1), *((s, 2) for s in range(3, 10))]
-    assert "the next leader (fence 2) claimed that fire" in caplog.text
+    assert "the leader with fence 2 claimed that fire" in caplog.text
 
 
 def test_a_claim_whose_answer_was_lost_is_given_up_by_a_store_that_cannot_say_who_claimed_it(

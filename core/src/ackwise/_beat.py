@@ -368,8 +368,8 @@ class Beat:
             if exc.transient:
                 return
             log.warning(
-                "schedule %s: the fire for %s is lost: the answer to its claim was lost and the "
-                "store refused to be asked again: %s",
+                "schedule %s: the fire for %s is given up: the answer to its claim was lost and "
+                "asking the store again failed: %s",
                 u.periodic.name,
                 u.fire.isoformat(),
                 exc,
@@ -387,7 +387,7 @@ class Beat:
         elif claimed_by is not None and claimed_by == u.fence:
             log.warning(
                 "schedule %s: the claim of %s, whose answer was lost, was recorded under this "
-                "process's fence %d before the lock moved to another holder: firing it late",
+                "process's fence %d before its lock expired or moved: firing it late",
                 u.periodic.name,
                 u.fire.isoformat(),
                 claimed_by,
@@ -395,7 +395,7 @@ class Beat:
         elif claimed_by is not None:
             log.info(
                 "schedule %s: the claim of %s, whose answer was lost, was not recorded: the "
-                "next leader (fence %d) claimed that fire",
+                "leader with fence %d claimed that fire",
                 u.periodic.name,
                 u.fire.isoformat(),
                 claimed_by,
@@ -404,9 +404,8 @@ class Beat:
         else:
             log.warning(
                 "schedule %s: the fire for %s is given up: the answer to its claim was lost, "
-                "the lock moved to another holder before it could be asked again, and the "
-                "store keeps no record of who claimed it (if nobody did, the new leader fires "
-                "it)",
+                "its lock expired or moved before it could be asked again, and the store keeps "
+                "no record of who claimed it (if nobody did, the next leader fires it)",
                 u.periodic.name,
                 u.fire.isoformat(),
             )
