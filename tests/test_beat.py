@@ -10,6 +10,7 @@ import datetime as dt
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -84,6 +85,50 @@ def test_sqlite_lock_shares_the_broker_file_without_touching_its_schema(tmp_path
     assert lock.info("n") is not None
     lock.close()
     app.close()
+
+
+def test_a_sqlite_lock_file_written_before_claimed_by_says_who_claimed_its_fires(tmp_path):
+    # ackwise_fires has kept each claim's fencing number since its first version, so a file
+    # written before LeaderLock.claimed_by existed needs no migration.  Made here with that
+    # version's DDL and the rows its claim wrote; opened by two processes' locks at once.
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            """CREATE TABLE ackwise_locks (
+                name       TEXT PRIMARY KEY,
+                token      TEXT,
+                fence      INTEGER NOT NULL,
+                expires_at REAL    NOT NULL,
+                owner      TEXT
+            ) WITHOUT ROWID"""
+        )
+        db.execute(
+            """CREATE TABLE ackwise_fires (
+                lock       TEXT    NOT NULL,
+                schedule   TEXT    NOT NULL,
+                fire_time  INTEGER NOT NULL,
+                fence      INTEGER NOT NULL,
+                claimed_at REAL    NOT NULL,
+                PRIMARY KEY (lock, schedule, fire_time)
+            ) WITHOUT ROWID"""
+        )
+        db.execute("INSERT INTO ackwise_locks VALUES ('n', NULL, 3, 0, NULL)")  # released
+        db.execute("INSERT INTO ackwise_fires VALUES ('n', 'tick', 1000000, 3, 1.0)")
+    db.close()
+    url = f"sqlite:///{path}"
+    lock, other = open_lock(url), open_lock(url)
+    lock.open()
+    other.open()
+    try:
+        assert lock.claimed_by("n", "tick", 1_000_000) == 3
+        assert other.acquire("n", "t4", 30, "b") == 4
+        assert other.claim("n", "t4", "tick", 1_000_000) is Claim.TAKEN
+        assert other.claim("n", "t4", "tick", 2_000_000) is Claim.CLAIMED
+        assert lock.claimed_by("n", "tick", 1_000_000) == 3
+        assert lock.claimed_by("n", "tick", 2_000_000) == 4
+    finally:
+        lock.close()
+        other.close()
 
 
 def test_builtin_lock_backends_register_through_the_hook():
@@ -671,21 +716,147 @@ def test_a_claim_whose_answer_was_lost_is_fired_once_when_the_store_answers_agai
     assert [int(f["fire_time"][17:19]) for f in fires] == list(range(1, 9))
 
 
-def test_a_claim_whose_answer_was_lost_is_given_up_once_the_lock_moved_on():
-    # The store stays out of reach of the beat that made the claim until another leads: what
-    # the lost attempt did cannot be known then, so its tick is given up, never fired twice.
+def _answer_lost_then_the_lock_moves(
+    a: Beat, b: Beat, clock: FakeClock, first: str = "lost"
+) -> list[bool]:
+    """A fires 12:00:01 and 12:00:02; its claim of 12:00:03 fails as ``first`` says (``"lost"``:
+    recorded, its answer lost; ``"down"``: not recorded) and A's store stays out of reach
+    (every later claim of A's fails) until B has led for a while.  Returns the switch that
+    brings A's store back: ``down[0] = False``."""
+    _drive([a], clock, 2.5)
+    down = [True]
+    _failing_claims(a, lambda n: first if n == 1 else ("down" if down[0] else "ok"))
+    _drive([a], clock, 0.6)  # the claim of 12:00:03
+    assert not a.is_leader
+    _drive([b], clock, 5.0)  # a's lock expires in the store; b leads from what it records
+    assert b.is_leader
+    return down
+
+
+def _fires_by_second(app: App) -> list[tuple[int, int]]:
+    """(second, fence) of every fire, in the order published."""
+    return [(int(f["fire_time"][17:19]), f["fence"]) for f in _fired(app)]
+
+
+def test_a_claim_whose_answer_was_lost_is_fired_once_by_its_leader_after_the_lock_moved_on():
+    # The claim of 12:00:03 was recorded under A's lock, so B started after it; when A's store
+    # answers again, the lock has moved: the store says the claim was A's (fence 1), and A
+    # publishes it, late.  Before, A gave that tick up and nobody fired it (B04 on Redis
+    # Cluster: one tick missing).
     clock = FakeClock(utc(2025, 1, 1, 12))
     app, store = _app(every=1.0, missed="catch_up"), uuid.uuid4().hex
     a, b = _beat(app, clock, store), _beat(app, clock, store)
-    _drive([a], clock, 2.5)  # a fires 12:00:01 and 12:00:02
-    down = [True]
-    _failing_claims(a, lambda n: "lost" if n == 1 else ("down" if down[0] else "ok"))
-    _drive([a], clock, 0.6)  # the claim of 12:00:03 is recorded, its answer lost
-    _drive([b], clock, 5.0)  # a's lock expires in the store; b leads from what it records
+    down = _answer_lost_then_the_lock_moves(a, b, clock)
     down[0] = False
     _drive([a, b], clock, 1.0)
-    seconds = [int(f["fire_time"][17:19]) for f in _fired(app)]
+    fires = _fires_by_second(app)
+    assert sorted(fires) == [(1, 1), (2, 1), (3, 1), *((s, 2) for s in range(4, 10))]
+    assert fires.index((3, 1)) > fires.index((4, 2))  # late: after b's first fires
+    assert not a.is_leader and b.is_leader
+
+
+def test_a_beat_stopping_after_the_lock_moved_fires_its_claim_whose_answer_was_lost(caplog):
+    # B04 as it failed: the old leader, frozen with its claim on the wire, wakes to a SIGTERM
+    # after the lock moved.  As it stops, it asks who claimed the tick, fires it, and its
+    # release is refused as stale.
+    clock = FakeClock(utc(2025, 1, 1, 12))
+    app, store = _app(every=1.0, missed="catch_up"), uuid.uuid4().hex
+    a, b = _beat(app, clock, store), _beat(app, clock, store)
+    down = _answer_lost_then_the_lock_moves(a, b, clock)
+    down[0] = False
+    with caplog.at_level(logging.INFO, logger="ackwise"):
+        a.shutdown()
+    assert sorted(_fires_by_second(app)) == [
+        (1, 1),
+        (2, 1),
+        (3, 1),
+        *((s, 2) for s in range(4, 9)),
+    ]
+    assert "firing it late" in caplog.text and "release refused" in caplog.text
+    _drive([b], clock, 1.0)
+    assert _fires_by_second(app) == [(9, 2)]  # b goes on, and never fires 12:00:03
+
+
+def test_a_beat_leads_again_only_once_its_claim_whose_answer_was_lost_is_settled():
+    # One beat; its claim of 12:00:03 is recorded, its answer lost, and its claims keep failing
+    # past the TTL while the store still answers acquires.  Leading again then would lose the
+    # next claim's answer too, and forget the first: it takes the lock again only once the
+    # store has told it the first claim was its own.
+    clock = FakeClock(utc(2025, 1, 1, 12))
+    app, store = _app(every=1.0, missed="catch_up"), uuid.uuid4().hex
+    a = _beat(app, clock, store)
+    _drive([a], clock, 2.5)
+    down = [True]
+    _failing_claims(a, lambda n: "lost" if n == 1 else ("down" if down[0] else "ok"))
+    _drive([a], clock, 5.0)
+    down[0] = False
+    _drive([a], clock, 2.0)
+    assert sorted(_fires_by_second(app)) == [
+        (1, 1),
+        (2, 1),
+        (3, 1),
+        *((s, 2) for s in range(4, 10)),
+    ]
+
+
+def test_a_claim_whose_answer_was_lost_before_the_store_recorded_it_is_fired_by_the_next_leader(
+    caplog,
+):
+    # The claim never reached the store: B starts from 12:00:02 and claims 12:00:03 itself;
+    # A, asking later, learns that B's fence claimed it, and publishes nothing.
+    clock = FakeClock(utc(2025, 1, 1, 12))
+    app, store = _app(every=1.0, missed="catch_up"), uuid.uuid4().hex
+    a, b = _beat(app, clock, store), _beat(app, clock, store)
+    down = _answer_lost_then_the_lock_moves(a, b, clock, first="down")
+    down[0] = False
+    with caplog.at_level(logging.INFO, logger="ackwise"):
+        _drive([a, b], clock, 1.0)
+    assert _fires_by_second(app) == [(1, 1), (2, 1), *((s, 2) for s in range(3, 10))]
+    assert "the leader with fence 2 claimed that fire" in caplog.text
+
+
+def test_a_claim_whose_answer_was_lost_is_given_up_by_a_store_that_cannot_say_who_claimed_it(
+    caplog,
+):
+    # A third-party lock without claimed_by (the default answers None): once the lock moved
+    # on, what the lost attempt did cannot be known, so its tick is given up, never fired
+    # twice (as before claimed_by existed).
+    from ackwise._locks import MemoryLeaderLock
+
+    class NoClaimers(MemoryLeaderLock):
+        claimed_by = LeaderLock.claimed_by
+
+    clock = FakeClock(utc(2025, 1, 1, 12))
+    app, store = _app(every=1.0, missed="catch_up"), uuid.uuid4().hex
+    cfg = BeatConfig(ttl=3.0, tick=0.5)
+    a, b = (
+        Beat(
+            app,
+            cfg,
+            lock=NoClaimers(BrokerURL.parse(f"memory://{store}"), clock=clock.mono),
+            clock=clock.mono,
+            wall=clock.wall,
+        )
+        for _ in range(2)
+    )
+    down = _answer_lost_then_the_lock_moves(a, b, clock)
+    down[0] = False
+    with caplog.at_level(logging.WARNING, logger="ackwise"):
+        _drive([a, b], clock, 1.0)
+    seconds = [s for s, _ in _fires_by_second(app)]
     assert seconds == [1, 2, *range(4, 10)]
+    assert "the fire for 2025-01-01T12:00:03+00:00 is given up" in caplog.text
+
+
+def test_a_beat_stopping_while_its_store_is_out_of_reach_warns_of_its_unanswered_claim(caplog):
+    clock = FakeClock(utc(2025, 1, 1, 12))
+    app, store = _app(every=1.0, missed="catch_up"), uuid.uuid4().hex
+    a, b = _beat(app, clock, store), _beat(app, clock, store)
+    _answer_lost_then_the_lock_moves(a, b, clock)  # a's store stays down
+    with caplog.at_level(logging.WARNING, logger="ackwise"):
+        a.shutdown()
+    assert "the fire for 2025-01-01T12:00:03+00:00 may be lost" in caplog.text
+    assert 3 not in [s for s, _ in _fires_by_second(app)]
 
 
 def test_a_schedule_never_fired_starts_at_its_next_tick():

@@ -577,11 +577,11 @@ def test_no_queue_script_fails_after_its_first_write(
 
 def test_no_lock_or_idempotency_script_fails_after_its_first_write(raw: redis.Redis) -> None:
     failures = []
-    for name, n_keys, args in [  # keys: the lock, its fence (or fires), its schedules
+    for name, n_keys, args in [  # keys: the lock, its fence (or fires), its schedules, fences
         ("lock_acquire", 2, ["tok", 5000, "host:1"]),
         ("lock_renew", 1, ["tok", 5000]),
         ("lock_release", 1, ["tok"]),
-        ("lock_claim", 3, ["tok", "sched", 123, 64]),
+        ("lock_claim", 4, ["tok", "sched", 123, 64]),
         ("lock_info", 1, []),
         ("idem_claim", 1, ["holder", 5000]),
         ("idem_extend", 1, ["holder", 5000]),
@@ -592,7 +592,7 @@ def test_no_lock_or_idempotency_script_fails_after_its_first_write(raw: redis.Re
         for broken in range(n_keys):
             for wrong in ("a string", "a list"):
                 tag = f"{{atomic-{uuid.uuid4().hex[:8]}}}".encode()
-                keys = [tag + b":one", tag + b":two", tag + b":three"][:n_keys]
+                keys = [tag + b":one", tag + b":two", tag + b":three", tag + b":four"][:n_keys]
                 if name == "lock_claim":  # held by "tok", so that the claim writes
                     raw.hset(keys[0], mapping={"token": "tok", "owner": "o", "fence": 1})
                 if name in ("idem_extend", "idem_release"):
@@ -621,7 +621,7 @@ _BAD_ARGS = [  # (script, key names, arguments the adapter never sends)
     ("publish_dead", ("data", "dead", "dead_info", "dead_ids", "seq"), ("r", "id")),
     ("purge", ("ready", "delayed", "data"), ("many",)),
     ("lock_acquire", ("one", "two"), ("tok", "soon", "host:1")),
-    ("lock_claim", ("one", "two", "three"), ("tok", "sched", "noon", 64)),
+    ("lock_claim", ("one", "two", "three", "four"), ("tok", "sched", "noon", 64)),
     ("idem_claim", ("one",), ("holder", "1.5")),
     ("idem_complete", ("one",), ("forever",)),
 ]

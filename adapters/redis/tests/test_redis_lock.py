@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+import redis
 
 from ackwise import Claim, LeaderLock, open_lock
 from ackwise.errors import ConfigurationError, TransientAdapterError
@@ -10,6 +13,7 @@ from ackwise_conformance.brokers import BrokerHandle
 from ackwise_conformance.locks import LeaderLockConformance
 from ackwise_conformance.proxy import FaultProxy
 from ackwise_redis import RedisLeaderLock
+from ackwise_redis._lock import KEEP_FIRES
 
 
 class TestRedisLeaderLock(LeaderLockConformance):
@@ -62,3 +66,61 @@ def test_a_cut_connection_fails_within_the_lock_timeout_and_recovers(
         info = lock.info("cut")
         assert info is not None and info.owner == "a"
         lock.close()
+
+
+@pytest.fixture
+def raw(redis_url: str) -> Iterator[redis.Redis]:
+    with redis.Redis.from_url(redis_url.split("?")[0]) as client:
+        yield client
+
+
+@pytest.fixture
+def lock(redis_url: str) -> Iterator[RedisLeaderLock]:
+    lock = open_lock(redis_url)
+    assert isinstance(lock, RedisLeaderLock)
+    lock.timeout = 5.0
+    lock.open()
+    yield lock
+    lock.close()
+
+
+def test_claims_recorded_before_fences_were_kept_have_an_unknown_claimer_and_keep_working(
+    lock: RedisLeaderLock, raw: redis.Redis
+) -> None:
+    # The keys as the previous version left them: the lock's counter, a full sorted set of
+    # claimed fires and the schedules set; no fences:<schedule> hash.
+    base = f"{{{lock.settings.prefix}:beat:legacy}}"
+    raw.set(f"{base}:fence", 1)
+    raw.zadd(f"{base}:fires:tick", {str(t): t for t in range(1, KEEP_FIRES + 1)})
+    raw.sadd(f"{base}:schedules", "tick")
+    assert lock.claimed_by("legacy", "tick", KEEP_FIRES) is None  # recorded, by whom unknown
+    assert lock.last_fires("legacy") == {"tick": KEEP_FIRES}
+    assert lock.acquire("legacy", "new", 30, "b") == 2
+    assert lock.claim("legacy", "new", "tick", KEEP_FIRES) is Claim.TAKEN
+    assert lock.claim("legacy", "new", "tick", KEEP_FIRES + 1) is Claim.CLAIMED
+    assert lock.claimed_by("legacy", "tick", KEEP_FIRES + 1) == 2
+    assert lock.claimed_by("legacy", "tick", KEEP_FIRES) is None
+    assert raw.zcard(f"{base}:fires:tick") == KEEP_FIRES  # pruned as before
+    lock.delete("legacy")
+    assert list(raw.scan_iter(match=f"{base}*")) == []
+
+
+def test_the_claimers_of_pruned_fires_are_dropped_with_them(
+    lock: RedisLeaderLock, raw: redis.Redis
+) -> None:
+    base = f"{{{lock.settings.prefix}:beat:bounded}}"
+    fence = lock.acquire("bounded", "t1", 30, "a")
+    for t in range(1, 201):
+        assert lock.claim("bounded", "t1", "tick", t) is Claim.CLAIMED
+    fires, fences = f"{base}:fires:tick", f"{base}:fences:tick"
+    assert raw.hlen(fences) == raw.zcard(fires) == KEEP_FIRES
+    assert {int(k) for k in raw.hkeys(fences)} == set(range(201 - KEEP_FIRES, 201))
+    # A version that kept no fences pruned a fire and left its field (a rolling upgrade):
+    # the next claim drops it, so a field never outlives its fire.
+    raw.zrem(fires, "150")
+    assert lock.claimed_by("bounded", "tick", 150) is None
+    assert lock.claim("bounded", "t1", "tick", 201) is Claim.CLAIMED
+    assert raw.hlen(fences) == raw.zcard(fires) == KEEP_FIRES
+    assert not raw.hexists(fences, "150") and lock.claimed_by("bounded", "tick", 201) == fence
+    lock.delete("bounded")
+    assert list(raw.scan_iter(match=f"{base}*")) == []

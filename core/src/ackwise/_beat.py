@@ -227,6 +227,14 @@ class Beat:
             self._retry_pending()
         except AdapterError as exc:  # pragma: no cover - both log and keep what they cannot do
             log.warning("beat: finishing its claimed fires failed: %s", exc)
+        u, self._unsure = self._unsure, None
+        if u is not None:  # the store did not answer this last time either
+            log.warning(
+                "schedule %s: the fire for %s may be lost: the answer to its claim was lost "
+                "and the lock store did not answer again before the beat stopped",
+                u.periodic.name,
+                u.fire.isoformat(),
+            )
         try:
             self.leadership.release()
         except AdapterError as exc:
@@ -246,8 +254,16 @@ class Beat:
             self._resolve_unsure()
         if lead.token is not None:
             lead.maintain()
-        # A beat told to stop takes no lock: it would release it at once, after an election.
-        if lead.token is None and not self._stop.is_set() and self.clock() >= self._next_acquire:
+        # Not when told to stop (it would release the lock at once, after an election), nor
+        # while a claim whose answer was lost is unsettled (the store failed again just now):
+        # leading again could lose the next claim's answer too, and that one's record would
+        # take the first's place.
+        if (
+            lead.token is None
+            and not self._stop.is_set()
+            and self._unsure is None
+            and self.clock() >= self._next_acquire
+        ):
             self._next_acquire = self.clock() + self.config.tick
             try:
                 if lead.try_acquire():
@@ -334,37 +350,72 @@ class Beat:
     def _resolve_unsure(self) -> None:
         """Ask the store again, with the same token, for a claim whose answer was lost.
 
-        The claim is atomic with the token check: ``NOT_HOLDER`` means the lock moved on (what
-        the lost attempt did cannot be known: the fire is given up, at most one per leader
-        change).  Otherwise the token still holds the lock, and while it does only it can claim
-        fires newer than those the store held when it was elected: ``CLAIMED`` (the lost
-        attempt recorded nothing) and ``TAKEN`` (it did) both make the fire this process's,
-        and it is published now.  A store still failing is asked again on the next pass.
+        The claim is atomic with the token check.  While the token still holds the lock, only
+        it can claim fires newer than those the store held when it was elected: ``CLAIMED``
+        (the lost attempt recorded nothing) and ``TAKEN`` (it did) both make the fire this
+        process's, and it is published now.  ``NOT_HOLDER`` means the lock moved on: the store
+        is then asked who claimed the fire (:meth:`LeaderLock.claimed_by`).  This process's
+        fencing number means the lost attempt was recorded, under its lock, so the next
+        leader started after it: the fire is this process's, published late.  Another
+        number means the next leader claimed (and fired) it.  ``None`` (not claimed, or a
+        store that cannot tell) gives the fire up, with a warning.  A store still failing is
+        asked again on the next pass (and once more when the beat stops).
         """
         u = self._unsure
         if u is None:
             return
+        fire_us = to_us(u.fire)
+        claimed_by: int | None = None
         try:
-            result = self.lock.claim(self.lock_name, u.token, u.periodic.name, to_us(u.fire))
+            result = self.lock.claim(self.lock_name, u.token, u.periodic.name, fire_us)
+            if result is Claim.NOT_HOLDER:
+                claimed_by = self.lock.claimed_by(self.lock_name, u.periodic.name, fire_us)
         except AdapterError as exc:
             if exc.transient:
                 return
-            result = Claim.NOT_HOLDER
-        self._unsure = None
-        if result is Claim.NOT_HOLDER:
             log.warning(
-                "schedule %s: the fire for %s is lost: the answer to its claim was lost and the "
-                "lock moved to another holder before it could be asked again",
+                "schedule %s: the fire for %s is given up: the answer to its claim was lost and "
+                "asking the store again failed: %s",
+                u.periodic.name,
+                u.fire.isoformat(),
+                exc,
+            )
+            self._unsure = None
+            return
+        self._unsure = None
+        if result is not Claim.NOT_HOLDER:
+            log.info(
+                "schedule %s: the claim of %s, whose answer was lost, is this process's (%s)",
+                u.periodic.name,
+                u.fire.isoformat(),
+                "recorded then" if result is Claim.TAKEN else "recorded now",
+            )
+        elif claimed_by is not None and claimed_by == u.fence:
+            log.warning(
+                "schedule %s: the claim of %s, whose answer was lost, was recorded under this "
+                "process's fence %d before its lock expired or moved: firing it late",
+                u.periodic.name,
+                u.fire.isoformat(),
+                claimed_by,
+            )
+        elif claimed_by is not None:
+            log.info(
+                "schedule %s: the claim of %s, whose answer was lost, was not recorded: the "
+                "leader with fence %d claimed that fire",
+                u.periodic.name,
+                u.fire.isoformat(),
+                claimed_by,
+            )
+            return
+        else:
+            log.warning(
+                "schedule %s: the fire for %s is given up: the answer to its claim was lost, "
+                "its lock expired or moved before it could be asked again, and the store keeps "
+                "no record of who claimed it (if nobody did, the next leader fires it)",
                 u.periodic.name,
                 u.fire.isoformat(),
             )
             return
-        log.info(
-            "schedule %s: the claim of %s, whose answer was lost, is this process's (%s)",
-            u.periodic.name,
-            u.fire.isoformat(),
-            "recorded then" if result is Claim.TAKEN else "recorded now",
-        )
         self._publish(self._fire(u.periodic, u.fire, u.fence))
 
     def _fire(self, p: Periodic, fire: dt.datetime, fence: int | None) -> _Pending:

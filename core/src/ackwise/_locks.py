@@ -9,7 +9,8 @@ claimed.  Each operation is one atomic step in the store:
              token, fence + 1, expiry = now + ttl
 ``renew``    compare-and-replace: push the expiry only if the token still holds the lock
 ``release``  compare-and-delete: free the lock only if the token still holds it
-``claim``    only if the token holds the lock: record (schedule, fire time) unless recorded
+``claim``    only if the token holds the lock: record (schedule, fire time) unless recorded,
+             with the fencing number of the token that claimed it
 
 The client side (:class:`Leadership`) never trusts the store's clock for its own validity: it
 judges it by ``time.monotonic()``, deadline = the monotonic time when the acquire (or renew)
@@ -130,6 +131,21 @@ class LeaderLock(abc.ABC):
     @abc.abstractmethod
     def info(self, name: str) -> LockInfo | None:
         """The current holder of ``name``, or ``None`` when it is free."""
+
+    def claimed_by(self, name: str, schedule: str, fire_time: int) -> int | None:
+        """Return the fencing number of the holder that claimed (``schedule``, ``fire_time``).
+
+        That is the number of the token whose :meth:`claim` recorded the fire of ``name``,
+        kept with the claim in the same atomic step.  ``None`` when the fire is not claimed
+        (or its claim was pruned, or deleted with the lock) or the store does not know who
+        claimed it (a claim recorded before the store kept that).  The beat asks it about a
+        claim whose answer was lost, once the lock has moved on: its own fencing number means
+        the claim was recorded under its lock, and the fire is its to publish.
+
+        Optional: the default knows nothing and returns ``None``; the beat then gives such a
+        fire up, with a warning, as it did before this method existed.
+        """
+        return None
 
     def delete(self, name: str) -> None:  # noqa: B027  # optional: the default keeps all
         """Forget everything kept for ``name``: its holder, its fencing number, its claims.
@@ -340,7 +356,8 @@ class _MemoryStore:
     def __init__(self) -> None:
         self.mutex = threading.Lock()
         self.locks: dict[str, _MemoryState] = {}
-        self.fires: dict[tuple[str, str], set[int]] = {}
+        #: (lock, schedule) -> {fire time: fencing number of the holder that claimed it}
+        self.fires: dict[tuple[str, str], dict[int, int]] = {}
 
 
 _memory_stores: dict[str, _MemoryStore] = {}
@@ -394,15 +411,21 @@ class MemoryLeaderLock(LeaderLock):
 
     def claim(self, name: str, token: str, schedule: str, fire_time: int) -> Claim:
         with self._store.mutex:
-            if self._held(name, token, self.clock()) is None:
+            state = self._held(name, token, self.clock())
+            if state is None:
                 return Claim.NOT_HOLDER
-            fires = self._store.fires.setdefault((name, schedule), set())
+            fires = self._store.fires.setdefault((name, schedule), {})
             if fire_time in fires:
                 return Claim.TAKEN
-            fires.add(fire_time)
+            fires[fire_time] = state.fence
             if len(fires) > KEEP_FIRES:
-                fires.difference_update(sorted(fires)[:-KEEP_FIRES])
+                for old in sorted(fires)[:-KEEP_FIRES]:
+                    del fires[old]
             return Claim.CLAIMED
+
+    def claimed_by(self, name: str, schedule: str, fire_time: int) -> int | None:
+        with self._store.mutex:
+            return self._store.fires.get((name, schedule), {}).get(fire_time)
 
     def last_fires(self, name: str) -> dict[str, int]:
         with self._store.mutex:
@@ -455,7 +478,8 @@ class SQLiteLeaderLock(LeaderLock):
     """The lock in a SQLite file (``sqlite:///path.db``, by default the broker's own file).
 
     Tables ``ackwise_locks`` (name, token, fence, expires_at, owner) and ``ackwise_fires``
-    (lock, schedule, fire_time, fence, claimed_at).  Every operation is one ``BEGIN
+    (lock, schedule, fire_time, fence: the claiming holder's, claimed_at; the fence has been
+    recorded since the table's first version, so every file's claims say who made them).  Every operation is one ``BEGIN
     IMMEDIATE`` transaction, so it is atomic against every other process on the host; the
     store's expiry uses the host's wall clock, shared by all of them.  The fencing number
     lives in the lock's row, which a release empties but never deletes.
@@ -553,6 +577,14 @@ class SQLiteLeaderLock(LeaderLock):
                 (name,),
             ).fetchall()
         return {schedule: int(t) for schedule, t in rows}
+
+    def claimed_by(self, name: str, schedule: str, fire_time: int) -> int | None:
+        with self._read() as db:
+            row = db.execute(
+                "SELECT fence FROM ackwise_fires WHERE lock = ? AND schedule = ? AND fire_time = ?",
+                (name, schedule, fire_time),
+            ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
     def delete(self, name: str) -> None:
         with self._write() as db:

@@ -6,8 +6,9 @@ so it would keep the lock for ever, and nobody could take over.  Here, as in the
 Redis stores, the holder's random token, a fencing number that rises with every acquisition
 (and never goes back: a release empties the row, it does not delete it) and an expiry judged
 by the database server's own clock (``clock_timestamp()``) live in a row of ``ackwise_locks``;
-claimed fires in ``ackwise_fires`` (the two tables of the SQLite store, in the connection's
-schema, made on first use).
+claimed fires, each with the fencing number of the holder that claimed it, in
+``ackwise_fires`` (the two tables of the SQLite store, in the connection's schema, made on
+first use, idempotently).
 
 Every operation is **one statement**, so the row locks it takes live only while the server
 runs it: a client frozen at any moment holds no lock of the database's.  Two acquirers of one
@@ -126,6 +127,11 @@ SELECT EXISTS (SELECT FROM holder), EXISTS (SELECT FROM claimed)
 
 _LAST_FIRES = """
 SELECT schedule, max(fire_time) FROM ackwise_fires WHERE lock = %(name)s GROUP BY schedule
+"""
+
+_CLAIMED_BY = """
+SELECT fence FROM ackwise_fires
+ WHERE lock = %(name)s AND schedule = %(schedule)s AND fire_time = %(fire)s
 """
 
 _INFO = """
@@ -365,6 +371,11 @@ class PostgresLeaderLock(LeaderLock):
     def last_fires(self, name: str) -> dict[str, int]:
         rows = self._run(_LAST_FIRES, {"name": name}).fetchall()
         return {str(schedule): int(t) for schedule, t in rows}
+
+    def claimed_by(self, name: str, schedule: str, fire_time: int) -> int | None:
+        params = {"name": name, "schedule": schedule, "fire": int(fire_time)}
+        row = self._run(_CLAIMED_BY, params).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
     def info(self, name: str) -> LockInfo | None:
         row = self._run(_INFO, {"name": name}).fetchone()

@@ -10,6 +10,10 @@ keys of one lock share the hash tag ``{<prefix>:beat:<lock name>}``:
     never expires, so fencing numbers keep rising across releases and expiries.
 ``fires:<schedule>`` (sorted set), ``schedules`` (set)
     claimed fire times (microseconds since the epoch), the newest ``KEEP_FIRES`` kept.
+``fences:<schedule>`` (hash)
+    fire time -> the fencing number of the holder that claimed it, written by the claim and
+    pruned with it.  Claims recorded by a version without it have no field: who made them is
+    unknown (:meth:`RedisLeaderLock.claimed_by` answers ``None``).
 
 Each lock object has its own connection (no pool, no retries inside the driver: a retried
 script may already have run).  Its socket timeouts are capped by :attr:`LeaderLock.timeout`,
@@ -38,6 +42,7 @@ _ACQUIRE = load_script("lock_acquire")
 _RENEW = load_script("lock_renew")
 _RELEASE = load_script("lock_release")
 _CLAIM = load_script("lock_claim")
+_CLAIMED_BY = load_script("lock_claimed_by")
 _LAST_FIRES = load_script("lock_last_fires")
 _INFO = load_script("lock_info")
 _DELETE = load_script("lock_delete")
@@ -99,10 +104,24 @@ class RedisLeaderLock(LeaderLock):
         base = self._base(name)
         reply = self._eval(
             _CLAIM,
-            [f"{base}:lock", f"{base}:fires:{schedule}", f"{base}:schedules"],
+            [
+                f"{base}:lock",
+                f"{base}:fires:{schedule}",
+                f"{base}:schedules",
+                f"{base}:fences:{schedule}",
+            ],
             [token, schedule, int(fire_time), KEEP_FIRES],
         )
         return _CLAIMS[int(reply)]
+
+    def claimed_by(self, name: str, schedule: str, fire_time: int) -> int | None:
+        base = self._base(name)
+        reply = self._eval(
+            _CLAIMED_BY,
+            [f"{base}:fires:{schedule}", f"{base}:fences:{schedule}"],
+            [int(fire_time)],
+        )
+        return None if reply is None else int(reply)
 
     def last_fires(self, name: str) -> dict[str, int]:
         base = self._base(name)
@@ -125,5 +144,7 @@ class RedisLeaderLock(LeaderLock):
     def delete(self, name: str) -> None:
         base = self._base(name)
         self._eval(
-            _DELETE, [f"{base}:lock", f"{base}:fence", f"{base}:schedules"], [f"{base}:fires:"]
+            _DELETE,
+            [f"{base}:lock", f"{base}:fence", f"{base}:schedules"],
+            [f"{base}:fires:", f"{base}:fences:"],
         )

@@ -10,7 +10,8 @@ A lock backend author subclasses :class:`LeaderLockConformance` and overrides ``
 Two lock objects on the same URL stand for two beat processes.  The tests include the known
 failure modes of other schedulers' locks: a renewal without an owner check (a stale holder
 extends the new holder's lock), a release without one (a stale holder frees it), a fencing
-number that goes back after a release or an expiry, and fires claimed by a non-holder.
+number that goes back after a release or an expiry, and fires claimed by a non-holder.  The
+optional methods (``delete``, ``claimed_by``) are tested where the backend implements them.
 """
 
 from __future__ import annotations
@@ -251,3 +252,70 @@ class LeaderLockConformance:
         kept = range(200 - KEEP_FIRES + 1, 201)
         again = {t: lock.claim(name, "t1", "every", t) for t in kept}
         assert {t: c for t, c in again.items() if c is not Claim.TAKEN} == {}
+
+    # -- who claimed a fire ------------------------------------------------------------------
+    @staticmethod
+    def _needs_claimed_by(lock: LeaderLock) -> None:
+        if type(lock).claimed_by is LeaderLock.claimed_by:
+            pytest.skip("n/a: the backend does not implement LeaderLock.claimed_by (optional)")
+
+    def test_claimed_by_gives_the_fence_of_the_holder_that_claimed_the_fire(
+        self, lock: LeaderLock, other: LeaderLock, name: str
+    ) -> None:
+        # A leader whose claim's answer was lost asks this once the lock moved on: its own
+        # fence means the fire is its own to publish, another's that the next leader has it.
+        self._needs_claimed_by(lock)
+        old = lock.acquire(name, "old", SHORT_TTL, "old")
+        assert old is not None
+        assert lock.claim(name, "old", "report", 1_000_000) is Claim.CLAIMED
+        assert lock.claimed_by(name, "report", 1_000_000) == old
+        self._expire(lock, name)
+        new = other.acquire(name, "new", LONG_TTL, "new")
+        assert new is not None and new != old
+        assert other.claim(name, "new", "report", 2_000_000) is Claim.CLAIMED
+        # Claimed again: the record, and who made it, stay the first claimer's.
+        assert other.claim(name, "new", "report", 1_000_000) is Claim.TAKEN
+        assert lock.claimed_by(name, "report", 1_000_000) == old
+        assert lock.claimed_by(name, "report", 2_000_000) == new
+        assert other.claimed_by(name, "report", 1_000_000) == old
+
+    def test_claimed_by_is_none_for_a_fire_nobody_claimed(
+        self, lock: LeaderLock, other: LeaderLock, name: str
+    ) -> None:
+        self._needs_claimed_by(lock)
+        assert lock.acquire(name, "t1", LONG_TTL, "a") is not None
+        assert lock.claim(name, "t1", "report", 1_000_000) is Claim.CLAIMED
+        assert lock.claimed_by(name, "report", 2_000_000) is None
+        assert lock.claimed_by(name, "other", 1_000_000) is None
+        assert lock.claimed_by(f"{name}.other", "report", 1_000_000) is None
+        # A refused claim records nobody.
+        assert other.claim(name, "t2", "report", 3_000_000) is Claim.NOT_HOLDER
+        assert other.claimed_by(name, "report", 3_000_000) is None
+
+    def test_claimed_by_is_none_once_the_claim_was_pruned(
+        self, lock: LeaderLock, name: str
+    ) -> None:
+        self._needs_claimed_by(lock)
+        fence = lock.acquire(name, "t1", LONG_TTL, "a")
+        assert fence is not None
+        for t in range(1, 201):
+            assert lock.claim(name, "t1", "every", t) is Claim.CLAIMED
+        assert lock.claimed_by(name, "every", 1) is None
+        assert lock.claimed_by(name, "every", 200 - KEEP_FIRES + 1) == fence
+        assert lock.claimed_by(name, "every", 200) == fence
+
+    def test_claimed_by_is_none_after_the_lock_was_deleted(
+        self, lock: LeaderLock, other: LeaderLock, name: str
+    ) -> None:
+        self._needs_claimed_by(lock)
+        if type(lock).delete is LeaderLock.delete:
+            pytest.skip("n/a: the backend does not implement LeaderLock.delete (optional)")
+        assert lock.acquire(name, "t1", LONG_TTL, "a") == 1
+        assert lock.claim(name, "t1", "report", 1_000_000) is Claim.CLAIMED
+        lock.delete(name)
+        assert other.claimed_by(name, "report", 1_000_000) is None
+        # A fire claimed again after the delete is the new holder's, whose fence starts at 1.
+        assert other.acquire(name, "t2", LONG_TTL, "b") == 1
+        assert other.claim(name, "t2", "report", 1_000_000) is Claim.CLAIMED
+        assert other.claimed_by(name, "report", 1_000_000) == 1
+        other.delete(name)
