@@ -65,7 +65,15 @@ def _spawn(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,  # a process group of its own, as under a process manager
+        preexec_fn=_sigint_as_in_a_terminal,
     )
+
+
+def _sigint_as_in_a_terminal() -> None:
+    """SIGINT's default action in the child, whatever this test process inherited: a test run
+    started in the background by a shell without job control ignores SIGINT, its children
+    inherit that, and a service rightly keeps ignoring it while it starts (docs/deployment.md)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _stop_and_wait(proc: subprocess.Popen[bytes], sig: signal.Signals) -> tuple[int, float, str]:
