@@ -13,10 +13,11 @@ again from there, once, and the worker publishes no second copy.
 from __future__ import annotations
 
 import itertools
+import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,7 +28,7 @@ from ackwise._events import EVENTS, BrokerError, Failed, Retried, Stale, Started
 from ackwise._sqlite import SQLiteAdapter
 from ackwise.errors import BrokerUnavailable, TransientAdapterError
 from ackwise.testing import InProcessWorker
-from ackwise_conformance.brokers import BrokerHandle, provide_or_skip
+from ackwise_conformance.brokers import BrokerHandle, missing_broker
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.proxy import FaultProxy
 
@@ -42,10 +43,23 @@ TRIALS = 5
 
 
 @pytest.fixture(scope="module")
-def private_rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
-    handle = provide_or_skip("rabbitmq", tmp_dir=tmp_path_factory.mktemp("rabbitmq"))
-    yield handle
-    handle.stop()
+def private_rabbitmq() -> BrokerHandle:
+    """The shared RabbitMQ on 5672: the test cuts its own connections through a fault proxy and
+    neither restarts nor reconfigures the broker, and its queue is its own (a private node would
+    cost its start, some ten seconds)."""
+    try:
+        socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
+    except OSError:
+        missing_broker("RabbitMQ is not answering on 127.0.0.1:5672")
+    return BrokerHandle(
+        "rabbitmq",
+        "amqp://guest:guest@127.0.0.1:5672/%2F",
+        host="127.0.0.1",
+        port=5672,
+        owned=False,
+        source="shared",
+        not_restartable="the shared RabbitMQ is not the test's to restart",
+    )
 
 
 @pytest.mark.parametrize(
