@@ -4,7 +4,7 @@
 (drops on nack, acks a stale receipt, ignores delay, pops before recording in flight, never
 redelivers after lease expiry, loses prefetched messages on shutdown).  For each one, a small
 test module that subclasses :class:`CrashConformance` and :class:`AdapterConformance` runs in a
-pytest subprocess (pytester) on a ``broken-…:///`` URL -- a subprocess so that
+pytest subprocess on a ``broken-…:///`` URL -- a subprocess so that
 ``ACKWISE_PLUGINS`` and ``PYTHONPATH`` reach the ``ackwise worker`` processes the crash
 scenarios start -- and the test asserts exactly which named scenarios fail and which pass.
 The same selection against the real ``sqlite:///`` adapter passes (the control).
@@ -14,23 +14,27 @@ shared server): the real adapter whose receive keeps its transaction open until 
 settlement; both levels must name the held lock in words.
 
 Only a few cases per adapter run, under a time scale of 0.5 (leases of 0.5 s, a patience of
-15 s), so that the whole module stays around two minutes.  Most failures show as a timeout of
-that patience: the scenario waits for an event the broken adapter never lets happen.
+15 s), and the runs go three at a time (:func:`runs`), so that the whole module takes under
+a minute.  Most failures show as a timeout of that patience: the scenario waits for an event
+the broken adapter never lets happen.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from ackwise import Plugins, open_adapter
-
-pytest_plugins = ["pytester"]
 
 SELFTEST_DIR = Path(__file__).parent / "selftest"
 PLUGIN = "broken_adapters"
@@ -39,7 +43,7 @@ TIME_SCALE = 0.5
 CRASH = "TestCrash::test_scenario"
 SPI = "TestSPI"
 
-# The test module written into pytester's directory; {scheme} and {scale} are filled in.
+# The test module written into each run's directory; {scheme} and {scale} are filled in.
 CONFORMANCE_MODULE = """
 import pytest
 
@@ -165,69 +169,160 @@ EXPECTATIONS = [
 ]
 
 _VERDICT = re.compile(r"^test_conformance\.py::(\S+) (PASSED|FAILED|ERROR|SKIPPED)\b")
+_COUNT = re.compile(r"(\d+) (passed|failed|error|errors|skipped)\b")
+
+#: Conformance runs at once: they mostly wait on leases and gates, so the module takes about
+#: as long as its longest runs, not their sum (they ran one after another for two minutes).
+PARALLEL_RUNS = 3
 
 
-def run_conformance(
-    pytester: pytest.Pytester,
-    monkeypatch: pytest.MonkeyPatch,
-    scheme: str,
-    tests: list[str],
-    *,
-    module: str | None = None,
-    plugin: str = PLUGIN,
-) -> tuple[pytest.RunResult, dict[str, str]]:
-    """Run ``tests`` of the conformance module on ``scheme`` in a pytest subprocess
-    (``module``: another test module's text instead, its broker fixed; ``plugin``: the
-    selftest module that registers the scheme)."""
-    monkeypatch.setenv("ACKWISE_PLUGINS", plugin)
-    monkeypatch.setenv(
-        "PYTHONPATH",
-        os.pathsep.join(filter(None, [str(SELFTEST_DIR), os.environ.get("PYTHONPATH")])),
-    )
-    text = module or CONFORMANCE_MODULE.format(scheme=scheme, scale=TIME_SCALE)
-    pytester.makepyfile(test_conformance=text)
-    result = pytester.runpytest_subprocess(
-        "-v",
-        "-rfE",
-        "-p",
-        "no:cacheprovider",
-        *[f"test_conformance.py::{t}" for t in tests],
+@dataclass(frozen=True)
+class Plan:
+    """One pytest subprocess of a conformance module: ``tests`` of it on ``scheme``
+    (``module``: another module's text, its broker fixed; ``plugin``: the selftest module that
+    registers the scheme)."""
+
+    scheme: str
+    tests: tuple[str, ...]
+    module: str | None = None
+    plugin: str = PLUGIN
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one run printed, each test's verdict, and the summary's counts."""
+
+    out: str
+    verdicts: dict[str, str]
+    counts: dict[str, int]
+
+    def assert_outcomes(self, **expected: int) -> None:
+        got = {k: self.counts.get(k, 0) for k in expected}
+        assert got == expected, self.out[-6000:]
+
+    def assert_lines(self, patterns: list[str]) -> None:
+        lines = self.out.splitlines()
+        for pattern in patterns:
+            assert any(fnmatch.fnmatch(line, pattern) for line in lines), (
+                f"no line matches {pattern!r}:\n{self.out[-6000:]}"
+            )
+
+
+def run_conformance(plan: Plan, workdir: Path) -> Run:
+    """Run ``plan`` in a pytest subprocess in ``workdir`` -- a subprocess, so that
+    ``ACKWISE_PLUGINS`` and ``PYTHONPATH`` reach the worker processes it starts."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    text = plan.module or CONFORMANCE_MODULE.format(scheme=plan.scheme, scale=TIME_SCALE)
+    (workdir / "test_conformance.py").write_text(text)
+    env = {
+        **os.environ,
+        "ACKWISE_PLUGINS": plan.plugin,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(SELFTEST_DIR), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-v",
+            "-rfE",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(workdir),
+            *[f"test_conformance.py::{t}" for t in plan.tests],
+        ],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=240,
     )
+    out = done.stdout + done.stderr
     verdicts = {}
-    for line in result.outlines:
+    for line in out.splitlines():
         m = _VERDICT.match(line)
         if m:
             verdicts[m.group(1)] = m.group(2)
-    return result, verdicts
+    last = out.strip().splitlines()[-1] if out.strip() else ""
+    counts = {
+        name.rstrip("s") if name == "errors" else name: int(n) for n, name in _COUNT.findall(last)
+    }
+    return Run(out, verdicts, counts)
+
+
+#: The selection of the control runs: every case some broken adapter is named by.
+CONTROL = tuple(sorted({t for e in EXPECTATIONS for t in e.selection}))
+
+
+def _plans(request: pytest.FixtureRequest) -> dict[str, Plan]:
+    """The runs the selected tests of this module need, by key."""
+    names = {item.name for item in request.session.items if item.path == request.path}
+    plans: dict[str, Plan] = {}
+    for e in EXPECTATIONS:
+        if f"test_broken_adapter_is_caught_by_named_scenarios[{e.scheme}]" in names:
+            plans[e.scheme] = Plan(e.scheme, tuple(e.selection))
+    if "test_control_the_same_selection_passes_on_the_real_sqlite_adapter" in names:
+        plans["sqlite"] = Plan("sqlite", CONTROL)
+    if "test_a_broker_counting_only_its_own_deliveries_gets_no_false_failure" in names:
+        plans["own-in-flight"] = Plan("own-in-flight", tuple(IN_FLIGHT_CASES))
+    held = {
+        "lock-holding": "test_a_lock_held_across_round_trips_is_named_by_both_levels",
+        "postgresql": "test_control_the_held_lock_selection_passes_on_the_real_postgresql_adapter",
+    }
+    if names & set(held.values()):
+        url, _ = request.getfixturevalue("pg_module_schema")
+        if held["lock-holding"] in names:
+            held_url = f"lock-holding-{url}"
+            module = URL_MODULE.format(url=held_url, scale=TIME_SCALE)
+            plans["lock-holding"] = Plan(
+                held_url, tuple(HELD_LOCK), module, plugin="lock_holding_adapters"
+            )
+        if held["postgresql"] in names:
+            module = URL_MODULE.format(url=url, scale=TIME_SCALE)
+            plans["postgresql"] = Plan(url, tuple(HELD_LOCK), module)
+    return plans
+
+
+@pytest.fixture(scope="module")
+def runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[Run]]]:
+    """Every run the module's selected tests need, started at its first test,
+    :data:`PARALLEL_RUNS` at a time; each test waits for its own."""
+    with ThreadPoolExecutor(PARALLEL_RUNS, thread_name_prefix="selftest") as pool:
+        yield {
+            key: pool.submit(run_conformance, plan, tmp_path_factory.mktemp(f"run-{key}"))
+            for key, plan in _plans(request).items()
+        }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("expected", EXPECTATIONS, ids=lambda e: e.scheme)
 def test_broken_adapter_is_caught_by_named_scenarios(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, expected: Expectation
+    runs: dict[str, Future[Run]], expected: Expectation
 ) -> None:
-    result, verdicts = run_conformance(pytester, monkeypatch, expected.scheme, expected.selection)
+    result = runs[expected.scheme].result()
     wanted = {t: "FAILED" for t in expected.caught_by} | {t: "PASSED" for t in expected.passes}
-    assert verdicts == wanted, result.stdout.str()[-6000:]
+    assert result.verdicts == wanted, result.out[-6000:]
     result.assert_outcomes(failed=len(expected.caught_by), passed=len(expected.passes))
     # The short summary names each failing scenario, and each failure says what went wrong.
-    result.stdout.fnmatch_lines(
-        [f"FAILED test_conformance.py::{glob.escape(t)}*" for t in expected.caught_by],
-        consecutive=False,
+    result.assert_lines(
+        [f"FAILED test_conformance.py::{glob.escape(t)}*" for t in expected.caught_by]
     )
     for test_id, phrase in expected.caught_by.items():
-        assert phrase in result.stdout.str(), f"{test_id}: {phrase!r} not reported"
+        assert phrase in result.out, f"{test_id}: {phrase!r} not reported"
 
 
 @pytest.mark.slow
 def test_control_the_same_selection_passes_on_the_real_sqlite_adapter(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    runs: dict[str, Future[Run]],
 ) -> None:
-    selection = sorted({t for e in EXPECTATIONS for t in e.selection})
-    result, verdicts = run_conformance(pytester, monkeypatch, "sqlite", selection)
-    assert verdicts == dict.fromkeys(selection, "PASSED"), result.stdout.str()[-6000:]
-    result.assert_outcomes(passed=len(selection))
+    result = runs["sqlite"].result()
+    assert result.verdicts == dict.fromkeys(CONTROL, "PASSED"), result.out[-6000:]
+    result.assert_outcomes(passed=len(CONTROL))
 
 
 def test_broken_adapters_are_registered_under_their_own_schemes(
@@ -261,13 +356,13 @@ IN_FLIGHT_CASES = [
 
 @pytest.mark.slow
 def test_a_broker_counting_only_its_own_deliveries_gets_no_false_failure(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    runs: dict[str, Future[Run]],
 ) -> None:
     """``global_in_flight=False`` (RabbitMQ without its management API: the suite's stats see
     none of the workers' deliveries): a correct adapter passes every case that compares an
     in-flight count (they failed with "removed the newer delivery" claims it never saw)."""
-    result, verdicts = run_conformance(pytester, monkeypatch, "own-in-flight", IN_FLIGHT_CASES)
-    assert verdicts == dict.fromkeys(IN_FLIGHT_CASES, "PASSED"), result.stdout.str()[-6000:]
+    result = runs["own-in-flight"].result()
+    assert result.verdicts == dict.fromkeys(IN_FLIGHT_CASES, "PASSED"), result.out[-6000:]
 
 
 # -- a broker-side lock held across round trips --------------------------------------------------
@@ -320,19 +415,15 @@ HELD_LOCK = {
 
 @pytest.mark.slow
 def test_a_lock_held_across_round_trips_is_named_by_both_levels(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, pg_schema_url: str
+    runs: dict[str, Future[Run]],
 ) -> None:
     """``lock-holding-postgresql`` (tests/selftest/lock_holding_adapters.py) keeps its receive's
     transaction open until the next settlement: a consumer frozen (or idle) while it holds a
     delivery keeps its row locked, and ``SKIP LOCKED`` passes it by for ever.  Both levels
     fail it, and say it is a lock held across round trips, not a lost message."""
-    url = f"lock-holding-{pg_schema_url}"
-    module = URL_MODULE.format(url=url, scale=TIME_SCALE)
-    result, verdicts = run_conformance(
-        pytester, monkeypatch, url, list(HELD_LOCK), module=module, plugin="lock_holding_adapters"
-    )
-    assert verdicts == dict.fromkeys(HELD_LOCK, "FAILED"), result.stdout.str()[-6000:]
-    out = result.stdout.str()
+    result = runs["lock-holding"].result()
+    assert result.verdicts == dict.fromkeys(HELD_LOCK, "FAILED"), result.out[-6000:]
+    out = result.out
     for test_id, words in HELD_LOCK.items():
         assert words in out, f"{test_id}: {words!r} not reported:\n{out[-6000:]}"
     assert out.count("docs/conformance.md#a-frozen-client-holds-no-lock") >= len(HELD_LOCK)
@@ -340,10 +431,7 @@ def test_a_lock_held_across_round_trips_is_named_by_both_levels(
 
 @pytest.mark.slow
 def test_control_the_held_lock_selection_passes_on_the_real_postgresql_adapter(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, pg_schema_url: str
+    runs: dict[str, Future[Run]],
 ) -> None:
-    module = URL_MODULE.format(url=pg_schema_url, scale=TIME_SCALE)
-    result, verdicts = run_conformance(
-        pytester, monkeypatch, pg_schema_url, list(HELD_LOCK), module=module
-    )
-    assert verdicts == dict.fromkeys(HELD_LOCK, "PASSED"), result.stdout.str()[-6000:]
+    result = runs["postgresql"].result()
+    assert result.verdicts == dict.fromkeys(HELD_LOCK, "PASSED"), result.out[-6000:]
