@@ -35,7 +35,7 @@ import startlog
 from redis_peers import Server
 
 from ackwise import App
-from ackwise._ratelimit import parse_rate
+from ackwise.stores._ratelimit import parse_rate
 
 
 def busiest_second(starts: list[float]) -> int:

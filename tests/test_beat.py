@@ -135,14 +135,16 @@ def test_builtin_lock_backends_register_through_the_hook():
     plugins = Plugins(autoload=False)
     assert plugins.lock_backends.schemes() == ["memory", "postgres", "postgresql", "sqlite"]
     entry = plugins.lock_backends.get("sqlite")
-    assert entry.plugin == "ackwise" and entry.import_path == "ackwise._locks:SQLiteLeaderLock"
+    assert (
+        entry.plugin == "ackwise" and entry.import_path == "ackwise.stores._locks:SQLiteLeaderLock"
+    )
 
 
 def test_a_third_party_lock_backend_is_usable_by_url_and_duplicates_name_both_plugins():
     class Third:
         @hookimpl
         def ackwise_register_lock_backends(self, registry):
-            registry.add("mem2", "ackwise._locks:MemoryLeaderLock", distribution="third")
+            registry.add("mem2", "ackwise.stores._locks:MemoryLeaderLock", distribution="third")
 
     plugins = Plugins(autoload=False)
     plugins.register(Third(), name="third")
@@ -163,7 +165,7 @@ def test_a_lock_backend_that_is_not_a_leader_lock_is_refused():
     class Bad:
         @hookimpl
         def ackwise_register_lock_backends(self, registry):
-            registry.add("bad", "ackwise._memory:MemoryAdapter")
+            registry.add("bad", "ackwise.backends.memory._adapter:MemoryAdapter")
 
     plugins = Plugins(autoload=False)
     plugins.register(Bad(), name="bad")
@@ -381,7 +383,7 @@ class FakeClock:
 
 
 def _memory_lock(clock: FakeClock, store: str) -> LeaderLock:
-    from ackwise._locks import MemoryLeaderLock
+    from ackwise.stores._locks import MemoryLeaderLock
 
     return MemoryLeaderLock(BrokerURL.parse(f"memory://{store}"), clock=clock.mono)
 
@@ -821,7 +823,7 @@ def test_a_claim_whose_answer_was_lost_is_given_up_by_a_store_that_cannot_say_wh
     # A third-party lock without claimed_by (the default answers None): once the lock moved
     # on, what the lost attempt did cannot be known, so its tick is given up, never fired
     # twice (as before claimed_by existed).
-    from ackwise._locks import MemoryLeaderLock
+    from ackwise.stores._locks import MemoryLeaderLock
 
     class NoClaimers(MemoryLeaderLock):
         claimed_by = LeaderLock.claimed_by
@@ -932,7 +934,7 @@ def test_beat_list_prints_every_schedule_with_its_next_fire_times(tmp_path, caps
 
 
 def test_format_schedules_shows_the_dst_shifted_fire():
-    from ackwise._beat import format_schedules
+    from ackwise.cli._beat import format_schedules
 
     app = App("fmt", broker="memory://fmt")
     app.periodic(app.task(name="t")(lambda: None), cron="30 2 * * *", tz=PARIS, name="n")

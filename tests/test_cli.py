@@ -23,10 +23,10 @@ import pytest
 
 import ackwise
 from ackwise import App, Outgoing, QueueSpec, QueueStats, get_plugins
-from ackwise._cli import build_parser
-from ackwise._cli_common import shows_default
-from ackwise._watch import render
 from ackwise.cli import main as cli_main
+from ackwise.cli._common import shows_default
+from ackwise.cli._main import build_parser
+from ackwise.cli._watch import render
 from ackwise_conformance.brokers import provide_or_skip
 
 HERE = Path(__file__).parent
@@ -203,7 +203,7 @@ def test_version_says_which_plugins_are_blocked_or_named_in_the_environment(tmp_
         "from ackwise import hookimpl\n"
         "@hookimpl\n"
         "def ackwise_register_adapters(registry):\n"
-        "    registry.add('extra', 'ackwise._memory:MemoryAdapter', distribution='extra')\n"
+        "    registry.add('extra', 'ackwise.backends.memory._adapter:MemoryAdapter', distribution='extra')\n"
     )
     out = _run(
         "--version",
@@ -302,7 +302,7 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
 _BLIND = '''
 import dataclasses
 from ackwise import hookimpl
-from ackwise._sqlite import SQLiteAdapter
+from ackwise.backends.sqlite._adapter import SQLiteAdapter
 
 
 class BlindSQLite(SQLiteAdapter):

@@ -223,7 +223,7 @@ def test_closing_waits_for_a_publish_declaring_the_queue(
     case's queue must not re-create it after the close deleted it (a run on RabbitMQ left
     delay tiers so)."""
     from ackwise import open_adapter
-    from ackwise._memory import MemoryAdapter
+    from ackwise.backends.memory._adapter import MemoryAdapter
     from ackwise.errors import QueueNotFound
 
     url = f"memory://{uuid.uuid4().hex}"
@@ -266,7 +266,7 @@ def test_the_drain_waits_for_a_slow_broker_that_keeps_finishing_messages(
     """``drain(timeout)`` bounds the time without progress, not the whole drain: a broker
     slower than the timeout that keeps finishing messages drains (C21's 5,000 messages on the
     example directory adapter, a loaded machine, failed as "did not drain")."""
-    from ackwise._memory import MemoryAdapter
+    from ackwise.backends.memory._adapter import MemoryAdapter
 
     h = Harness(SimpleBroker(f"memory://{uuid.uuid4().hex}"), Ack.LATE, tmp_path / "case")
     receive = MemoryAdapter.receive

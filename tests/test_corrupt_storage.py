@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import ackwise
 from ackwise import Ack, App, QueueSpec, open_adapter
-from ackwise._memory import MemoryAdapter, _broker_for, _Message
+from ackwise.backends.memory._adapter import MemoryAdapter, _broker_for, _Message
 from ackwise.testing import run_worker
 from ackwise_conformance.corruption import drain_among_corrupt
 

@@ -154,7 +154,7 @@ def test_the_broker_password_is_never_shown() -> None:
 
 
 def test_binding_a_non_loopback_address_needs_a_token() -> None:
-    from ackwise._dashboard_cli import cmd_dashboard
+    from ackwise.cli._dashboard import cmd_dashboard
 
     class Args:
         app = "unused:app"

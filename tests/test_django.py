@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ackwise import App, decode_envelope
-from ackwise._relay import Relay
 from ackwise.errors import ConfigurationError
+from ackwise.relay._loop import Relay
 
 psycopg = pytest.importorskip("psycopg")
 pytest.importorskip("django")

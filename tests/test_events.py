@@ -6,8 +6,8 @@ import inspect
 import re
 from pathlib import Path
 
-from ackwise import _hookspecs
-from ackwise._events import TASK_EVENTS, Events, Received, Started, TaskEvent
+from ackwise.plugins import _hookspecs
+from ackwise.worker._events import TASK_EVENTS, Events, Received, Started, TaskEvent
 
 ROOT = Path(__file__).resolve().parents[1]
 

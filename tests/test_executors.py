@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ackwise import _envelope
-from ackwise._execution import OK, Job
-from ackwise._executors import Completion, PreforkExecutor
+from ackwise.app._execution import OK, Job
+from ackwise.contract import _envelope
+from ackwise.worker._executors import Completion, PreforkExecutor
 from ackwise_conformance import eventually
 
 pytestmark = pytest.mark.slow

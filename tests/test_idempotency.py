@@ -9,9 +9,9 @@ import pytest
 
 import ackwise
 from ackwise import App
-from ackwise._idempotency import KeyState
-from ackwise._plugins import open_store
 from ackwise.errors import ConfigurationError
+from ackwise.plugins._manager import open_store
+from ackwise.stores._idempotency import KeyState
 from ackwise.testing import run_worker
 
 
@@ -150,7 +150,9 @@ def test_keyed_task_without_a_store_is_refused_when_declared_and_at_worker_start
     class NoStore:
         @ackwise.hookimpl
         def ackwise_register_adapters(self, registry):
-            registry.add("nostore", "ackwise._memory:MemoryAdapter", distribution="tests")
+            registry.add(
+                "nostore", "ackwise.backends.memory._adapter:MemoryAdapter", distribution="tests"
+            )
 
     plugins = ackwise.Plugins(autoload=False)
     plugins.register(NoStore(), name="nostore")

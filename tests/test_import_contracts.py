@@ -26,7 +26,7 @@ def test_adapters_are_forbidden_every_private_core_module() -> None:
         for c in config["contracts"]
         if c["type"] == "forbidden"
         and "ackwise_redis" in c["source_modules"]
-        and "ackwise._spi" in c["forbidden_modules"]
+        and "ackwise.contract._spi" in c["forbidden_modules"]
     ]
     private = {
         f"ackwise.{p.stem}"

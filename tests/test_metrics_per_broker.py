@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ackwise import open_adapter
-from ackwise._events import DEAD_LETTER_REASONS, STALE_OPERATIONS
+from ackwise.worker._events import DEAD_LETTER_REASONS, STALE_OPERATIONS
 from ackwise_conformance.helpers import eventually
 
 pytestmark = pytest.mark.timeout(120)

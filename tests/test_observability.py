@@ -242,7 +242,7 @@ def test_stats_watch_refreshes_the_table_with_rates(tmp_path: Path) -> None:
     import io
 
     from ackwise import App, QueueStats
-    from ackwise._watch import render, watch
+    from ackwise.cli._watch import render, watch
 
     app = App("w", broker=f"sqlite:///{tmp_path / 'b.db'}")
 
@@ -315,7 +315,7 @@ def test_metrics_without_prometheus_client_say_what_to_install(tmp_path: Path) -
     code = (
         "import sys\n"
         "sys.modules['prometheus_client'] = None  # as if it were not installed\n"
-        "from ackwise._cli import main\n"
+        "from ackwise.cli._main import main\n"
         f"sys.exit(main(['worker', '{name}:app', '--metrics-port', '0']))\n"
     )
     proc = subprocess.run(
@@ -392,7 +392,7 @@ def test_healthz_fails_while_the_loop_is_blocked_past_a_lease(tmp_path: Path) ->
 
 def test_health_by_state_starting_reconnecting_stalled_stopped() -> None:
     from ackwise import App, Worker, WorkerConfig
-    from ackwise._health import health_of
+    from ackwise.worker._health import health_of
 
     app = App("health", broker=f"memory://health-{uuid.uuid4().hex[:8]}")
     worker = Worker(app, WorkerConfig(pool="threads", lease=2.0))

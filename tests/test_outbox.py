@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from ackwise import App, decode_envelope
-from ackwise._relay import Relay
 from ackwise.errors import ConfigurationError
+from ackwise.relay._loop import Relay
 from ackwise_conformance.helpers import eventually
 
 psycopg = pytest.importorskip("psycopg")

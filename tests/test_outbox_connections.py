@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ackwise import App, chain, decode_envelope
-from ackwise._relay import Relay
 from ackwise.contrib.sqlalchemy import send_on_commit
 from ackwise.errors import ConfigurationError
+from ackwise.relay._loop import Relay
 
 psycopg = pytest.importorskip("psycopg")
 sqlalchemy = pytest.importorskip("sqlalchemy")

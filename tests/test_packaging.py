@@ -20,8 +20,8 @@ from pymdownx.slugs import slugify
 
 import ackwise
 from ackwise import Plugins, get_plugins
-from ackwise._registries import _EXTRAS, _KNOWN_DISTRIBUTIONS
 from ackwise.errors import UnknownBrokerScheme
+from ackwise.plugins._registries import _EXTRAS, _KNOWN_DISTRIBUTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION_FILE = ROOT / "core/src/ackwise/_version.py"

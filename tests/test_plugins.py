@@ -23,13 +23,16 @@ def test_builtin_adapters_register_through_the_hook():
     plugins = Plugins(autoload=False)
     assert plugins.adapters.schemes() == ["memory", "sqlite"]
     entry = plugins.adapters.get("sqlite")
-    assert entry.plugin == "ackwise" and entry.import_path == "ackwise._sqlite:SQLiteAdapter"
+    assert (
+        entry.plugin == "ackwise"
+        and entry.import_path == "ackwise.backends.sqlite._adapter:SQLiteAdapter"
+    )
 
 
 def test_adapter_import_is_lazy():
     code = (
         "import sys, ackwise; ackwise.get_plugins().adapters.schemes(); "
-        "print('ackwise._sqlite' in sys.modules)"
+        "print('ackwise.backends.sqlite._adapter' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -52,7 +55,9 @@ def test_third_party_adapter_is_usable_by_url():
     class Third:
         @hookimpl
         def ackwise_register_adapters(self, registry):
-            registry.add("mem2", "ackwise._memory:MemoryAdapter", distribution="third")
+            registry.add(
+                "mem2", "ackwise.backends.memory._adapter:MemoryAdapter", distribution="third"
+            )
 
     plugins = Plugins(autoload=False)
     plugins.register(Third(), name="third")
@@ -95,7 +100,7 @@ def test_plugins_named_in_the_environment_are_registered(monkeypatch, tmp_path):
         "from ackwise import hookimpl\n"
         "@hookimpl\n"
         "def ackwise_register_adapters(registry):\n"
-        "    registry.add('extra', 'ackwise._memory:MemoryAdapter', distribution='extra')\n"
+        "    registry.add('extra', 'ackwise.backends.memory._adapter:MemoryAdapter', distribution='extra')\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("ACKWISE_PLUGINS", "extra_plugin_xyz")
@@ -143,7 +148,7 @@ def test_lifecycle_hooks_reach_plugins_and_cost_nothing_when_absent():
 
 
 def test_every_hookspec_is_documented():
-    from ackwise import _hookspecs
+    from ackwise.plugins import _hookspecs
 
     doc = (ROOT / "docs" / "hooks.md").read_text()
     names = [n for n in dir(_hookspecs) if n.startswith("ackwise_")]

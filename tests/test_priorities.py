@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ackwise import App, Retry, decode_envelope
-from ackwise._sqlite import SCHEMA_VERSION
+from ackwise.backends.sqlite._adapter import SCHEMA_VERSION
 from ackwise.errors import ConfigurationError, InvalidPriority
 from ackwise.testing import run_worker
 

@@ -197,7 +197,7 @@ def test_oversize_payload_is_refused_before_any_io(app, monkeypatch):
 
 
 def test_envelope_round_trip_and_version():
-    from ackwise import _envelope
+    from ackwise.contract import _envelope
 
     env = _envelope.Envelope(
         v=1,
@@ -226,7 +226,7 @@ def test_message_ids_ignore_random_seed_and_differ_in_a_forked_child() -> None:
     import os
     import random
 
-    from ackwise import _envelope
+    from ackwise.contract import _envelope
 
     random.seed(0)
     first = _envelope.new_id()

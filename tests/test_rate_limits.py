@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from ackwise import App, Worker, WorkerConfig, open_rate_limiter
-from ackwise._execution import Job, Result, Runner
-from ackwise._ratelimit import (
+from ackwise.app._execution import Job, Result, Runner
+from ackwise.contract._spi import BrokerURL
+from ackwise.errors import ConfigurationError
+from ackwise.stores._ratelimit import (
     MARGIN_CAP,
     MemoryRateLimiter,
     StartGate,
     next_slot,
     parse_rate,
 )
-from ackwise._spi import BrokerURL
-from ackwise.errors import ConfigurationError
 from ackwise.testing import run_worker
 from ackwise_conformance import eventually
 
@@ -144,7 +144,7 @@ def test_a_start_waits_while_the_store_cannot_record_it(
     begun = threading.Event()
     thread = threading.Thread(target=lambda: (gate("t", 60.0), begun.set()), daemon=True)
     try:
-        with caplog.at_level(logging.WARNING, logger="ackwise._ratelimit"):
+        with caplog.at_level(logging.WARNING, logger="ackwise.stores._ratelimit"):
             thread.start()
             eventually(lambda: "cannot record a start of t" in caplog.text, 10)
             assert not begun.is_set()
@@ -257,8 +257,10 @@ _PREFORK_APP = """
 import sys
 import time
 
-from ackwise import App, _envelope
-from ackwise._execution import Runner
+from ackwise import App
+
+from ackwise.contract import _envelope
+from ackwise.app._execution import Runner
 
 app = App("paced", broker={broker!r}, store_results=True)
 
@@ -277,7 +279,7 @@ def _late_zero(self, job):
     return _run(self, job)
 
 
-if getattr(sys.modules["__main__"].__spec__, "name", None) == "ackwise._child":
+if getattr(sys.modules["__main__"].__spec__, "name", None) == "ackwise.worker._child":
     Runner.run = _late_zero  # in the prefork children only, not in the test's process
 """
 
@@ -368,13 +370,13 @@ def test_a_limiter_written_before_starts_were_recorded_still_limits_and_says_so_
     # A third-party limiter that implements only reserve and forget (the methods of the
     # contract before RateLimiter.start): it keeps working, spaced by its reservations.
     from ackwise import RateLimiter
-    from ackwise._ratelimit import MemoryRateLimiter
+    from ackwise.stores._ratelimit import MemoryRateLimiter
 
     class Older(MemoryRateLimiter):
         start = RateLimiter.start
 
     limiter = Older(BrokerURL.parse(f"memory://{uuid.uuid4().hex}"))
-    with caplog.at_level(logging.WARNING, logger="ackwise._ratelimit"):
+    with caplog.at_level(logging.WARNING, logger="ackwise.stores._ratelimit"):
         assert limiter.start("k", 0.1) == 0.0
         assert limiter.start("k", 0.1) == 0.0
     warned = [r for r in caplog.records if "does not record starts" in r.getMessage()]

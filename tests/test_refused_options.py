@@ -3,7 +3,7 @@ made, when the task is declared, or at the first send — in the one line a work
 it with at start, before anything is published (docs/configuration.md, "Where options are
 checked").
 
-The producer and the worker call one check (``ackwise._requirements``): the table-driven tests
+The producer and the worker call one check (``ackwise.app._requirements``): the table-driven tests
 build each option on each broker both ways and compare the verdicts.  Nothing here needs the
 brokers to answer (the check connects nowhere), except the tests that look at a real queue to
 show that nothing was published.
@@ -22,8 +22,8 @@ import pytest
 
 import ackwise
 from ackwise import App, LeaseExtension, Worker, WorkerConfig, chord
-from ackwise._beat import Beat, BeatConfig
-from ackwise._memory import MemoryAdapter
+from ackwise.backends.memory._adapter import MemoryAdapter
+from ackwise.beat._loop import Beat, BeatConfig
 from ackwise.errors import ConfigurationError
 from ackwise.testing import eager
 from ackwise_conformance.brokers import missing_broker

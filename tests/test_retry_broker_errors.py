@@ -24,10 +24,10 @@ from typing import Any, ClassVar
 import pytest
 
 from ackwise import Ack, App, BrokerURL, Outgoing, Retry, Worker, WorkerConfig, decode_envelope
-from ackwise._events import EVENTS, BrokerError, Failed, Retried, Stale, Started
-from ackwise._sqlite import SQLiteAdapter
+from ackwise.backends.sqlite._adapter import SQLiteAdapter
 from ackwise.errors import BrokerUnavailable, TransientAdapterError
 from ackwise.testing import InProcessWorker
+from ackwise.worker._events import EVENTS, BrokerError, Failed, Retried, Stale, Started
 from ackwise_conformance.brokers import BrokerHandle, missing_broker
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.proxy import FaultProxy

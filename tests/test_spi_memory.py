@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from ackwise import Adapter, BrokerURL, open_adapter
-from ackwise._memory import MemoryAdapter
+from ackwise.backends.memory._adapter import MemoryAdapter
 from ackwise_conformance import AdapterConformance
 
 

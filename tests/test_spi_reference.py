@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import ackwise
-from ackwise import _spi
+from ackwise.contract import _spi
 
 PAGE = Path(__file__).resolve().parent.parent / "docs/reference/spi.md"
 GENERATED = "## Generated reference"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import ackwise._sqlite as sqlite_mod
+import ackwise.backends.sqlite._adapter as sqlite_mod
 from ackwise import BrokerURL, Outgoing, QueueSpec, open_adapter
-from ackwise._sqlite import SQLiteAdapter
-from ackwise._sqlite_file import map_sqlite_errors
+from ackwise.backends.sqlite._adapter import SQLiteAdapter
+from ackwise.backends.sqlite._file import map_sqlite_errors
 from ackwise.errors import (
     BrokerUnavailable,
     InvalidBrokerURL,

@@ -218,7 +218,7 @@ def test_import_ackwise_imports_none_of_its_modules_until_a_name_is_used() -> No
         "import sys, ackwise\n"
         "before = sorted(m for m in sys.modules if m.startswith('ackwise.'))\n"
         "ackwise.App\n"
-        "print(before, 'ackwise._app' in sys.modules)\n"
+        "print(before, 'ackwise.app._app' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]", "True"]

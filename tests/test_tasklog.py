@@ -10,10 +10,11 @@ import uuid
 
 import pytest
 
-from ackwise import Ack, App, Worker, WorkerConfig, _logconfig
-from ackwise._events import Received, Started, Succeeded
-from ackwise._logconfig import DRIVER_LOGGERS, JsonFormatter, configure, parse_level
+from ackwise import Ack, App, Worker, WorkerConfig
+from ackwise.contract import _logconfig
+from ackwise.contract._logconfig import DRIVER_LOGGERS, JsonFormatter, configure, parse_level
 from ackwise.testing import run_worker
+from ackwise.worker._events import Received, Started, Succeeded
 
 
 def _app() -> App:

@@ -6,9 +6,11 @@ import queue
 import threading
 import time
 
-from ackwise import App, _envelope, _executors
-from ackwise._execution import OK, Job
-from ackwise._executors import Completion, ThreadExecutor
+from ackwise import App
+from ackwise.app._execution import OK, Job
+from ackwise.contract import _envelope
+from ackwise.worker import _executors
+from ackwise.worker._executors import Completion, ThreadExecutor
 
 
 def _job(app: App, job_id: int) -> Job:

@@ -154,7 +154,8 @@ def test_without_opentelemetry_nothing_is_traced_and_publishing_works(tmp_path: 
     code = (
         "import sys, uuid\n"
         "sys.modules['opentelemetry'] = None  # as if it were not installed\n"
-        "from ackwise import App, _tracing\n"
+        "from ackwise import App\n"
+        "from ackwise.app import _tracing\n"
         "from ackwise.testing import run_worker\n"
         "assert not _tracing.ENABLED\n"
         "app = App('t', broker=f'memory://{uuid.uuid4().hex}')\n"

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from ackwise import App, Worker, WorkerConfig
-from ackwise._held import Posted
 from ackwise.testing import run_worker
+from ackwise.worker._holdings import Posted
 from ackwise_conformance.brokers import BrokerHandle
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import ackwise
 from ackwise import Ack, App, Outgoing, QueueSpec, Retry
-from ackwise._memory import MemoryAdapter
+from ackwise.backends.memory._adapter import MemoryAdapter
 from ackwise.testing import run_worker
 
 
@@ -135,7 +135,7 @@ def test_non_retryable_error_is_dead_lettered_failed_after_one_execution(app, mo
     adapter = _adapter(app)
     [dead] = adapter.dead_letters("default")
     assert dead.reason == "failed"
-    env = ackwise._envelope.decode(dead.body)
+    env = ackwise.contract._envelope.decode(dead.body)
     assert env.history[-1].outcome == "failed"
     assert "KeyError" in (env.history[-1].error or "")
     assert "Traceback" in (env.history[-1].traceback or "")
@@ -153,7 +153,7 @@ def test_exhausted_retries_dead_letter_with_the_whole_history(app):
     with run_worker(app) as w:
         w.join()
     [dead] = _adapter(app).dead_letters("default")
-    env = ackwise._envelope.decode(dead.body)
+    env = ackwise.contract._envelope.decode(dead.body)
     assert [h.outcome for h in env.history] == ["retry", "retry", "failed"]
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from ackwise import App, WorkerInfo, open_worker_registry
-from ackwise._presence import FORGET_AFTER, GONE_AFTER
 from ackwise.errors import ConfigurationError
+from ackwise.stores._presence import FORGET_AFTER, GONE_AFTER
 from ackwise.testing import run_worker
 from ackwise_conformance.helpers import eventually
 
@@ -144,7 +144,7 @@ def test_a_registry_that_cannot_be_reached_costs_the_worker_nothing(
 
 
 def test_an_app_whose_broker_has_no_registry_says_how_to_get_one(tmp_path: Path) -> None:
-    from ackwise._workers_cli import cmd_workers
+    from ackwise.cli._workers import cmd_workers
 
     module = tmp_path / "no_registry_app.py"
     module.write_text(

@@ -765,9 +765,8 @@ def _marker(t: float) -> Execution:
 
 
 # -- what the worker logs say ----------------------------------------------------------------
-# The logger is named after the worker's (private) module, ``ackwise._worker``: the log lines
-# carry that name, and there is no public one to match instead.
-_STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) WARNING ackwise\._worker: "
+# The worker's modules log as ``ackwise.worker`` (``ackwise._worker`` up to 0.1.0: both match).
+_STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) WARNING ackwise(?:\._worker|\.worker): "
 _STALE = re.compile(
     _STAMP + r"stale receipt on (.+?) of message (\S+) \(queue \S+, attempt (\d+)\)"
 )

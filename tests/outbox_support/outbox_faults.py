@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 
 from ackwise import AdapterRegistry, BrokerURL, Outgoing, hookimpl
-from ackwise._sqlite import SQLiteAdapter
+from ackwise.backends.sqlite._adapter import SQLiteAdapter
 
 
 class _JournaledPublish(SQLiteAdapter):

@@ -3,7 +3,7 @@
 Python imports ``sitecustomize`` before it runs the command, so a finder put in front of
 ``sys.meta_path`` here sees every later import.  With ``STARTUP_TEST_PAUSE_MARKER`` set, the
 first import of a module of ackwise other than an entry point (``ackwise.__main__`` and
-``ackwise._child``, which take the signals first thing, and ``ackwise._startup``) creates
+``ackwise.worker._child``, which take the signals first thing, and ``ackwise.cli._startup``) creates
 that file (``{pid}`` in its name: the process's id) and then pauses
 ``STARTUP_TEST_PAUSE_SECONDS`` (default 1): the test sends its signal during the pause, while
 the process still imports.
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 _MARKER = os.environ.get("STARTUP_TEST_PAUSE_MARKER")
-ENTRY = {"ackwise.__main__", "ackwise._child", "ackwise._startup"}
+ENTRY = {"ackwise.__main__", "ackwise.worker._child", "ackwise.cli._startup"}
 
 
 class _PauseOnce:

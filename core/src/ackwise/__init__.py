@@ -2,38 +2,23 @@
 
 # The names below are imported when first used (PEP 562): ``import ackwise`` stays cheap (not
 # even ``typing``), so the ``ackwise`` command takes SIGTERM and SIGINT before anything heavy
-# is imported (ackwise._startup); a type checker sees them imported here.
+# is imported (ackwise.cli._startup); a type checker sees them imported here.
 from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ackwise._app import App
-    from ackwise._beat import Beat, BeatConfig
-    from ackwise._canvas import Chain, Chord, Group, GroupHandle, chain, chord, group
-    from ackwise._envelope import ENVELOPE_VERSION, Attempt, Envelope
-    from ackwise._envelope import decode as decode_envelope
-    from ackwise._handle import TaskHandle
-    from ackwise._hookspecs import hookimpl
-    from ackwise._idempotency import ClaimResult, IdempotencyStore, KeyState
-    from ackwise._locks import Claim, LeaderLock, Leadership, LockInfo
-    from ackwise._plugins import (
-        Plugins,
-        get_plugins,
-        open_adapter,
-        open_lock,
-        open_rate_limiter,
-        open_result_store,
-        open_worker_registry,
-    )
-    from ackwise._plugins import open_store as open_idempotency_store
-    from ackwise._presence import WorkerInfo, WorkerRegistry
-    from ackwise._ratelimit import RateLimiter
-    from ackwise._registries import AdapterRegistry, LockRegistry
-    from ackwise._results import ResultState, ResultStore, TaskResult
-    from ackwise._schedule import Cron, Interval, Periodic, Schedule
-    from ackwise._semantics import (
+    from ackwise._version import __version__
+    from ackwise.app._app import App
+    from ackwise.app._canvas import Chain, Chord, Group, GroupHandle, chain, chord, group
+    from ackwise.app._handle import TaskHandle
+    from ackwise.app._schedule import Cron, Interval, Periodic, Schedule
+    from ackwise.app._task import TRANSIENT_ERRORS, Retry, RetryPolicy, Signature, Task, TaskContext
+    from ackwise.beat._loop import Beat, BeatConfig
+    from ackwise.contract._envelope import ENVELOPE_VERSION, Attempt, Envelope
+    from ackwise.contract._envelope import decode as decode_envelope
+    from ackwise.contract._semantics import (
         Ack,
         AckMessage,
         DeadLetterMessage,
@@ -45,7 +30,7 @@ if TYPE_CHECKING:
         Settlement,
         settle,
     )
-    from ackwise._spi import (
+    from ackwise.contract._spi import (
         MAX_PRIORITY,
         Adapter,
         AttemptCount,
@@ -61,9 +46,24 @@ if TYPE_CHECKING:
         fork_generation,
         redact_url,
     )
-    from ackwise._task import TRANSIENT_ERRORS, Retry, RetryPolicy, Signature, Task, TaskContext
-    from ackwise._version import __version__
-    from ackwise._worker import Worker, WorkerConfig
+    from ackwise.plugins._hookspecs import hookimpl
+    from ackwise.plugins._manager import (
+        Plugins,
+        get_plugins,
+        open_adapter,
+        open_lock,
+        open_rate_limiter,
+        open_result_store,
+        open_worker_registry,
+    )
+    from ackwise.plugins._manager import open_store as open_idempotency_store
+    from ackwise.plugins._registries import AdapterRegistry, LockRegistry
+    from ackwise.stores._idempotency import ClaimResult, IdempotencyStore, KeyState
+    from ackwise.stores._locks import Claim, LeaderLock, Leadership, LockInfo
+    from ackwise.stores._presence import WorkerInfo, WorkerRegistry
+    from ackwise.stores._ratelimit import RateLimiter
+    from ackwise.stores._results import ResultState, ResultStore, TaskResult
+    from ackwise.worker._loop import Worker, WorkerConfig
 
 
 __all__ = [
@@ -148,81 +148,81 @@ __all__ = [
 #: Where each public name lives: ``name: (module, attribute)``.
 _LAZY: dict[str, tuple[str, str]] = {
     "__version__": ("ackwise._version", "__version__"),
-    "App": ("ackwise._app", "App"),
-    "Beat": ("ackwise._beat", "Beat"),
-    "BeatConfig": ("ackwise._beat", "BeatConfig"),
-    "Chain": ("ackwise._canvas", "Chain"),
-    "Chord": ("ackwise._canvas", "Chord"),
-    "Group": ("ackwise._canvas", "Group"),
-    "GroupHandle": ("ackwise._canvas", "GroupHandle"),
-    "chain": ("ackwise._canvas", "chain"),
-    "chord": ("ackwise._canvas", "chord"),
-    "group": ("ackwise._canvas", "group"),
-    "ENVELOPE_VERSION": ("ackwise._envelope", "ENVELOPE_VERSION"),
-    "Attempt": ("ackwise._envelope", "Attempt"),
-    "Envelope": ("ackwise._envelope", "Envelope"),
-    "decode_envelope": ("ackwise._envelope", "decode"),
-    "TaskHandle": ("ackwise._handle", "TaskHandle"),
-    "hookimpl": ("ackwise._hookspecs", "hookimpl"),
-    "ClaimResult": ("ackwise._idempotency", "ClaimResult"),
-    "IdempotencyStore": ("ackwise._idempotency", "IdempotencyStore"),
-    "KeyState": ("ackwise._idempotency", "KeyState"),
-    "Claim": ("ackwise._locks", "Claim"),
-    "LeaderLock": ("ackwise._locks", "LeaderLock"),
-    "Leadership": ("ackwise._locks", "Leadership"),
-    "LockInfo": ("ackwise._locks", "LockInfo"),
-    "Plugins": ("ackwise._plugins", "Plugins"),
-    "get_plugins": ("ackwise._plugins", "get_plugins"),
-    "open_adapter": ("ackwise._plugins", "open_adapter"),
-    "open_lock": ("ackwise._plugins", "open_lock"),
-    "open_rate_limiter": ("ackwise._plugins", "open_rate_limiter"),
-    "open_result_store": ("ackwise._plugins", "open_result_store"),
-    "open_worker_registry": ("ackwise._plugins", "open_worker_registry"),
-    "open_idempotency_store": ("ackwise._plugins", "open_store"),
-    "WorkerInfo": ("ackwise._presence", "WorkerInfo"),
-    "WorkerRegistry": ("ackwise._presence", "WorkerRegistry"),
-    "RateLimiter": ("ackwise._ratelimit", "RateLimiter"),
-    "AdapterRegistry": ("ackwise._registries", "AdapterRegistry"),
-    "LockRegistry": ("ackwise._registries", "LockRegistry"),
-    "ResultState": ("ackwise._results", "ResultState"),
-    "ResultStore": ("ackwise._results", "ResultStore"),
-    "TaskResult": ("ackwise._results", "TaskResult"),
-    "Cron": ("ackwise._schedule", "Cron"),
-    "Interval": ("ackwise._schedule", "Interval"),
-    "Periodic": ("ackwise._schedule", "Periodic"),
-    "Schedule": ("ackwise._schedule", "Schedule"),
-    "Ack": ("ackwise._semantics", "Ack"),
-    "AckMessage": ("ackwise._semantics", "AckMessage"),
-    "DeadLetterMessage": ("ackwise._semantics", "DeadLetterMessage"),
-    "Hold": ("ackwise._semantics", "Hold"),
-    "LostMessage": ("ackwise._semantics", "LostMessage"),
-    "NackMessage": ("ackwise._semantics", "NackMessage"),
-    "Outcome": ("ackwise._semantics", "Outcome"),
-    "RetryMessage": ("ackwise._semantics", "RetryMessage"),
-    "Settlement": ("ackwise._semantics", "Settlement"),
-    "settle": ("ackwise._semantics", "settle"),
-    "MAX_PRIORITY": ("ackwise._spi", "MAX_PRIORITY"),
-    "Adapter": ("ackwise._spi", "Adapter"),
-    "AttemptCount": ("ackwise._spi", "AttemptCount"),
-    "BrokerURL": ("ackwise._spi", "BrokerURL"),
-    "Capabilities": ("ackwise._spi", "Capabilities"),
-    "DeadLetter": ("ackwise._spi", "DeadLetter"),
-    "Delivery": ("ackwise._spi", "Delivery"),
-    "Execute": ("ackwise._spi", "Execute"),
-    "LeaseExtension": ("ackwise._spi", "LeaseExtension"),
-    "Outgoing": ("ackwise._spi", "Outgoing"),
-    "QueueSpec": ("ackwise._spi", "QueueSpec"),
-    "QueueStats": ("ackwise._spi", "QueueStats"),
-    "fork_generation": ("ackwise._spi", "fork_generation"),
-    "redact_url": ("ackwise._spi", "redact_url"),
-    "TRANSIENT_ERRORS": ("ackwise._task", "TRANSIENT_ERRORS"),
-    "Retry": ("ackwise._task", "Retry"),
-    "RetryPolicy": ("ackwise._task", "RetryPolicy"),
-    "Signature": ("ackwise._task", "Signature"),
-    "Task": ("ackwise._task", "Task"),
-    "TaskContext": ("ackwise._task", "TaskContext"),
-    "Worker": ("ackwise._worker", "Worker"),
-    "WorkerConfig": ("ackwise._worker", "WorkerConfig"),
+    "App": ("ackwise.app._app", "App"),
+    "Beat": ("ackwise.beat._loop", "Beat"),
+    "BeatConfig": ("ackwise.beat._loop", "BeatConfig"),
+    "Chain": ("ackwise.app._canvas", "Chain"),
+    "Chord": ("ackwise.app._canvas", "Chord"),
+    "Group": ("ackwise.app._canvas", "Group"),
+    "GroupHandle": ("ackwise.app._canvas", "GroupHandle"),
+    "chain": ("ackwise.app._canvas", "chain"),
+    "chord": ("ackwise.app._canvas", "chord"),
+    "group": ("ackwise.app._canvas", "group"),
+    "ENVELOPE_VERSION": ("ackwise.contract._envelope", "ENVELOPE_VERSION"),
+    "Attempt": ("ackwise.contract._envelope", "Attempt"),
+    "Envelope": ("ackwise.contract._envelope", "Envelope"),
+    "decode_envelope": ("ackwise.contract._envelope", "decode"),
+    "TaskHandle": ("ackwise.app._handle", "TaskHandle"),
+    "hookimpl": ("ackwise.plugins._hookspecs", "hookimpl"),
+    "ClaimResult": ("ackwise.stores._idempotency", "ClaimResult"),
+    "IdempotencyStore": ("ackwise.stores._idempotency", "IdempotencyStore"),
+    "KeyState": ("ackwise.stores._idempotency", "KeyState"),
+    "Claim": ("ackwise.stores._locks", "Claim"),
+    "LeaderLock": ("ackwise.stores._locks", "LeaderLock"),
+    "Leadership": ("ackwise.stores._locks", "Leadership"),
+    "LockInfo": ("ackwise.stores._locks", "LockInfo"),
+    "Plugins": ("ackwise.plugins._manager", "Plugins"),
+    "get_plugins": ("ackwise.plugins._manager", "get_plugins"),
+    "open_adapter": ("ackwise.plugins._manager", "open_adapter"),
+    "open_lock": ("ackwise.plugins._manager", "open_lock"),
+    "open_rate_limiter": ("ackwise.plugins._manager", "open_rate_limiter"),
+    "open_result_store": ("ackwise.plugins._manager", "open_result_store"),
+    "open_worker_registry": ("ackwise.plugins._manager", "open_worker_registry"),
+    "open_idempotency_store": ("ackwise.plugins._manager", "open_store"),
+    "WorkerInfo": ("ackwise.stores._presence", "WorkerInfo"),
+    "WorkerRegistry": ("ackwise.stores._presence", "WorkerRegistry"),
+    "RateLimiter": ("ackwise.stores._ratelimit", "RateLimiter"),
+    "AdapterRegistry": ("ackwise.plugins._registries", "AdapterRegistry"),
+    "LockRegistry": ("ackwise.plugins._registries", "LockRegistry"),
+    "ResultState": ("ackwise.stores._results", "ResultState"),
+    "ResultStore": ("ackwise.stores._results", "ResultStore"),
+    "TaskResult": ("ackwise.stores._results", "TaskResult"),
+    "Cron": ("ackwise.app._schedule", "Cron"),
+    "Interval": ("ackwise.app._schedule", "Interval"),
+    "Periodic": ("ackwise.app._schedule", "Periodic"),
+    "Schedule": ("ackwise.app._schedule", "Schedule"),
+    "Ack": ("ackwise.contract._semantics", "Ack"),
+    "AckMessage": ("ackwise.contract._semantics", "AckMessage"),
+    "DeadLetterMessage": ("ackwise.contract._semantics", "DeadLetterMessage"),
+    "Hold": ("ackwise.contract._semantics", "Hold"),
+    "LostMessage": ("ackwise.contract._semantics", "LostMessage"),
+    "NackMessage": ("ackwise.contract._semantics", "NackMessage"),
+    "Outcome": ("ackwise.contract._semantics", "Outcome"),
+    "RetryMessage": ("ackwise.contract._semantics", "RetryMessage"),
+    "Settlement": ("ackwise.contract._semantics", "Settlement"),
+    "settle": ("ackwise.contract._semantics", "settle"),
+    "MAX_PRIORITY": ("ackwise.contract._spi", "MAX_PRIORITY"),
+    "Adapter": ("ackwise.contract._spi", "Adapter"),
+    "AttemptCount": ("ackwise.contract._spi", "AttemptCount"),
+    "BrokerURL": ("ackwise.contract._spi", "BrokerURL"),
+    "Capabilities": ("ackwise.contract._spi", "Capabilities"),
+    "DeadLetter": ("ackwise.contract._spi", "DeadLetter"),
+    "Delivery": ("ackwise.contract._spi", "Delivery"),
+    "Execute": ("ackwise.contract._spi", "Execute"),
+    "LeaseExtension": ("ackwise.contract._spi", "LeaseExtension"),
+    "Outgoing": ("ackwise.contract._spi", "Outgoing"),
+    "QueueSpec": ("ackwise.contract._spi", "QueueSpec"),
+    "QueueStats": ("ackwise.contract._spi", "QueueStats"),
+    "fork_generation": ("ackwise.contract._spi", "fork_generation"),
+    "redact_url": ("ackwise.contract._spi", "redact_url"),
+    "TRANSIENT_ERRORS": ("ackwise.app._task", "TRANSIENT_ERRORS"),
+    "Retry": ("ackwise.app._task", "Retry"),
+    "RetryPolicy": ("ackwise.app._task", "RetryPolicy"),
+    "Signature": ("ackwise.app._task", "Signature"),
+    "Task": ("ackwise.app._task", "Task"),
+    "TaskContext": ("ackwise.app._task", "TaskContext"),
+    "Worker": ("ackwise.worker._loop", "Worker"),
+    "WorkerConfig": ("ackwise.worker._loop", "WorkerConfig"),
 }
 
 

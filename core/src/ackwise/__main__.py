@@ -2,18 +2,18 @@
 
 It takes SIGTERM and SIGINT before it imports anything heavy (``import ackwise`` imports
 none of its modules), so that a service stopped while it starts exits cleanly
-(ackwise._startup).
+(ackwise.cli._startup).
 """
 
 import sys
 
-from ackwise import _startup
+from ackwise.cli import _startup
 
 
 def main() -> int:
     """Run the ``ackwise`` command line, its signals taken first."""
     _startup.hold()
-    from ackwise._cli import main as cli_main
+    from ackwise.cli._main import main as cli_main
 
     return cli_main()
 

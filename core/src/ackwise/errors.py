@@ -31,10 +31,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ackwise._spi import Delivery
+from typing import Any
 
 __all__ = [
     "AckwiseError",
@@ -207,8 +204,9 @@ class StaleReceipt(AdapterError):
     changed.
     """
 
-    def __init__(self, deliveries: Sequence[Delivery], operation: str = "settle") -> None:
-        self.deliveries: tuple[Delivery, ...] = tuple(deliveries)
+    def __init__(self, deliveries: Sequence[Any], operation: str = "settle") -> None:
+        #: The stale deliveries (:class:`ackwise.Delivery`), as the adapter was given them.
+        self.deliveries: tuple[Any, ...] = tuple(deliveries)
         self.operation = operation
         ids = ", ".join(d.message_id for d in self.deliveries[:5])
         more = f" and {len(self.deliveries) - 5} more" if len(self.deliveries) > 5 else ""

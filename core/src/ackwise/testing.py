@@ -35,10 +35,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ackwise._app import App
-from ackwise._eager import EagerFailure, EagerMode, eager
-from ackwise._worker import Worker, WorkerConfig
+from ackwise.app._app import App
+from ackwise.app._eager import EagerFailure, EagerMode, eager
 from ackwise.errors import ConfigurationError
+from ackwise.worker._loop import Worker, WorkerConfig
 
 __all__ = ["EagerFailure", "EagerMode", "Event", "InProcessWorker", "Report", "eager", "run_worker"]
 

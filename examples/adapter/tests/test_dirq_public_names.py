@@ -45,10 +45,12 @@ def test_the_example_imports_only_public_ackwise_names() -> None:
 
 def test_the_check_sees_a_private_import(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text("from ackwise._spi import Adapter\nfrom ackwise import _memory, Outgoing\n")
+    sample.write_text(
+        "from ackwise.contract._spi import Adapter\nfrom ackwise import _memory, Outgoing\n"
+    )
     assert ackwise_imports(sample) == [
-        (1, "ackwise._spi"),
+        (1, "ackwise.contract._spi"),
         (2, "ackwise"),
-        (2, "ackwise._memory"),
+        (2, "ackwise.backends.memory._adapter"),
         (2, "ackwise.Outgoing"),
     ]

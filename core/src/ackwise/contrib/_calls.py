@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ackwise._task import Signature
+from ackwise.app._task import Signature
 from ackwise.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ackwise._app import App
+    from ackwise.app._app import App
 
 __all__ = ["sender"]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ackwise.contrib._calls import sender
 
 if TYPE_CHECKING:
-    from ackwise._app import App
+    from ackwise.app._app import App
 
 __all__ = ["send_on_commit"]
 

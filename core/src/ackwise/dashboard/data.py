@@ -6,14 +6,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ackwise import _envelope
-from ackwise._app import App
-from ackwise._dlq import SCAN_LIMIT, Entry
-from ackwise._figures import unknown_figures
-from ackwise._plugins import open_worker_registry
-from ackwise._presence import WorkerInfo
-from ackwise._spi import Adapter, DeadLetter, QueueStats
-from ackwise.errors import EnvelopeError, UnsupportedCapability
+from ackwise.app._app import App
+from ackwise.app._deadletters import SCAN_LIMIT, Entry
+from ackwise.contract._figures import unknown_figures
+from ackwise.contract._spi import Adapter, DeadLetter, QueueStats
+from ackwise.errors import UnsupportedCapability
+from ackwise.plugins._manager import open_worker_registry
+from ackwise.stores._presence import WorkerInfo
 
 __all__ = ["DeadPage", "Source"]
 
@@ -89,7 +88,7 @@ class Source:
             letters = [d for d in letters if d.reason == reason]
         letters.sort(key=lambda d: d.dead_at, reverse=True)
         if task:  # decoding every letter costs: only when asked to filter on it
-            entries = [e for e in map(_entry, letters) if e.task == task]
+            entries = [e for e in map(Entry.of, letters) if e.task == task]
             total = len(entries)
         else:
             total = len(letters)
@@ -100,7 +99,7 @@ class Source:
         if task:
             shown = entries[start : start + PAGE]
         else:
-            shown = [_entry(d) for d in letters[start : start + PAGE]]
+            shown = [Entry.of(d) for d in letters[start : start + PAGE]]
         return DeadPage(shown, total, page, pages, reasons)
 
     def recent_dead(self, n: int) -> list[Entry]:
@@ -109,21 +108,13 @@ class Source:
         for q in self.queues():
             letters.extend(self.adapter.dead_letters(q, limit=SCAN_LIMIT))
         letters.sort(key=lambda d: d.dead_at, reverse=True)
-        return [_entry(d) for d in letters[:n]]
+        return [Entry.of(d) for d in letters[:n]]
 
     def dead_letter(self, queue: str, message_id: str) -> Entry | None:
         for d in self.adapter.dead_letters(queue, limit=SCAN_LIMIT):
             if d.message_id == message_id:
-                return _entry(d)
+                return Entry.of(d)
         return None
-
-
-def _entry(d: DeadLetter) -> Entry:
-    try:
-        env: _envelope.Envelope | None = _envelope.decode(d.body)
-    except EnvelopeError:
-        env = None
-    return Entry(d, env)
 
 
 def age(t: float) -> str:

@@ -8,8 +8,8 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from ackwise._presence import WorkerInfo
-from ackwise._spi import QueueStats
+from ackwise.contract._spi import QueueStats
+from ackwise.stores._presence import WorkerInfo
 
 __all__ = ["History", "sparkline"]
 
@@ -43,7 +43,7 @@ class History:
         unknown: Collection[str] = (),
     ) -> None:
         """Remember ``stats`` and the workers' counts now; ``unknown``: the figures the broker
-        cannot report (:func:`ackwise._figures.unknown_figures`), which count for nothing
+        cannot report (:func:`ackwise.contract._figures.unknown_figures`), which count for nothing
         (an unknown in flight is not 0: the depth is then the ready messages alone)."""
         done: dict[str, tuple[int, int]] = {}
         for w in workers or ():

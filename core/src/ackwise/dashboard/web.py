@@ -22,8 +22,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ackwise._app import App
-from ackwise._spi import redact_url
+from ackwise.app._app import App
+from ackwise.contract._spi import redact_url
 from ackwise.dashboard.data import Source, age
 from ackwise.dashboard.history import EVERY, History, sparkline
 from ackwise.dashboard.security import Csrf, TokenGuard

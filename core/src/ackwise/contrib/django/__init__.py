@@ -19,7 +19,7 @@ from ackwise.contrib._calls import sender
 from ackwise.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ackwise._app import App
+    from ackwise.app._app import App
 
 __all__ = ["autodiscover", "get_app", "send_on_commit", "setup"]
 
@@ -72,7 +72,7 @@ def get_app() -> App:
     """The app ``ACKWISE_APP`` names (``"module:attribute"``), imported on first use."""
     from django.conf import settings
 
-    from ackwise._execution import load_app
+    from ackwise.app._execution import load_app
 
     path = getattr(settings, "ACKWISE_APP", None)
     if not path:

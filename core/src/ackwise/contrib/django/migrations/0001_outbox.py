@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db import migrations
 
-from ackwise import _outbox
+from ackwise.app import _outbox
 
 
 def create(apps: Any, schema_editor: Any) -> None:

@@ -1,0 +1,1 @@
+"""The user API's implementation: the app, tasks, canvas, handles, eager mode (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""``memory://``: the in-process broker and its stores."""

@@ -1,0 +1,1 @@
+"""Core's PostgreSQL stores and leader lock (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""``sqlite://``: the embedded default broker and its stores."""

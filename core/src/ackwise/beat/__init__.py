@@ -1,0 +1,1 @@
+"""The beat wing: ``ackwise beat``, the periodic-task scheduler (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""What every part agrees on: the settlement function, the envelope, the adapter SPI's values (docs/architecture.md)."""

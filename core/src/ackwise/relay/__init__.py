@@ -1,0 +1,1 @@
+"""The relay wing: ``ackwise relay``, the outbox's publisher (docs/architecture.md)."""
