@@ -302,10 +302,15 @@ def _huey_left(path: str) -> int:
         huey.storage.close()
 
 
-def ackwise_sqlite_drain(cell: Path, tasks: int, pool: str, concurrency: int) -> Drain:
+def ackwise_sqlite_drain(
+    cell: Path, tasks: int, pool: str, concurrency: int, python: str | None = None
+) -> Drain:
+    """``python``: the interpreter that runs the worker (default: this one; ``bench/ab.py``
+    gives another checkout's)."""
     url = f"sqlite:///{cell / 'ackwise.db'}"
     _prefill_ackwise(url, tasks)
-    cmd = [sys.executable, "-m", "ackwise", "--loglevel", "WARNING", "worker", "benchmod:app"]
+    cmd = [python or sys.executable, "-m", "ackwise", "--loglevel", "WARNING", "worker"]
+    cmd += ["benchmod:app"]
     cmd += ["--pool", pool, "-c", str(concurrency)]
     env = {"ACKWISE_BENCH_BROKER": url}
     what = f"ackwise {pool} -c {concurrency}"
