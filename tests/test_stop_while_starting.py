@@ -224,6 +224,17 @@ def test_import_ackwise_imports_none_of_its_modules_until_a_name_is_used() -> No
     assert out.stdout.split() == ["[]", "True"]
 
 
+def test_the_packages_of_the_entry_points_import_nothing_of_ackwise() -> None:
+    """``ackwise.cli`` and ``ackwise.worker`` are imported before their entry modules take the
+    signals (``cli._startup``, ``worker._child``): they must import nothing heavy."""
+    code = (
+        "import sys, ackwise.cli, ackwise.worker\n"
+        "print(sorted(m for m in sys.modules if m.startswith('ackwise.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['ackwise.cli', 'ackwise.worker']"
+
+
 def test_each_lazy_name_of_ackwise_is_the_one_its_type_checking_imports_name() -> None:
     """``ackwise.__init__`` lists each public name twice, for the type checker and for
     ``__getattr__``: the two lists agree, and ``__all__`` is exactly them."""

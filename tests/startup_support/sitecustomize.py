@@ -3,7 +3,8 @@
 Python imports ``sitecustomize`` before it runs the command, so a finder put in front of
 ``sys.meta_path`` here sees every later import.  With ``STARTUP_TEST_PAUSE_MARKER`` set, the
 first import of a module of ackwise other than an entry point (``ackwise.__main__`` and
-``ackwise.worker._child``, which take the signals first thing, and ``ackwise.cli._startup``) creates
+``ackwise.worker._child``, which take the signals first thing, ``ackwise.cli._startup``, and the
+packages ``ackwise.cli`` and ``ackwise.worker`` that hold them, which import nothing) creates
 that file (``{pid}`` in its name: the process's id) and then pauses
 ``STARTUP_TEST_PAUSE_SECONDS`` (default 1): the test sends its signal during the pause, while
 the process still imports.
@@ -18,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 _MARKER = os.environ.get("STARTUP_TEST_PAUSE_MARKER")
-ENTRY = {"ackwise.__main__", "ackwise.worker._child", "ackwise.cli._startup"}
+ENTRY = {
+    "ackwise.__main__",
+    "ackwise.cli",
+    "ackwise.cli._startup",
+    "ackwise.worker",
+    "ackwise.worker._child",
+}
 
 
 class _PauseOnce:
