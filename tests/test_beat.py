@@ -133,18 +133,19 @@ def test_a_sqlite_lock_file_written_before_claimed_by_says_who_claimed_its_fires
 
 def test_builtin_lock_backends_register_through_the_hook():
     plugins = Plugins(autoload=False)
-    assert plugins.lock_backends.schemes() == ["memory", "postgres", "postgresql", "sqlite"]
+    assert plugins.lock_backends.schemes() == ["memory", "sqlite"]
     entry = plugins.lock_backends.get("sqlite")
-    assert (
-        entry.plugin == "ackwise" and entry.import_path == "ackwise.stores._locks:SQLiteLeaderLock"
-    )
+    assert entry.plugin == "ackwise"
+    assert entry.import_path == "ackwise.backends.sqlite._lock:SQLiteLeaderLock"
 
 
 def test_a_third_party_lock_backend_is_usable_by_url_and_duplicates_name_both_plugins():
     class Third:
         @hookimpl
         def ackwise_register_lock_backends(self, registry):
-            registry.add("mem2", "ackwise.stores._locks:MemoryLeaderLock", distribution="third")
+            registry.add(
+                "mem2", "ackwise.backends.memory._lock:MemoryLeaderLock", distribution="third"
+            )
 
     plugins = Plugins(autoload=False)
     plugins.register(Third(), name="third")
@@ -383,7 +384,7 @@ class FakeClock:
 
 
 def _memory_lock(clock: FakeClock, store: str) -> LeaderLock:
-    from ackwise.stores._locks import MemoryLeaderLock
+    from ackwise.backends.memory._lock import MemoryLeaderLock
 
     return MemoryLeaderLock(BrokerURL.parse(f"memory://{store}"), clock=clock.mono)
 
@@ -823,7 +824,7 @@ def test_a_claim_whose_answer_was_lost_is_given_up_by_a_store_that_cannot_say_wh
     # A third-party lock without claimed_by (the default answers None): once the lock moved
     # on, what the lost attempt did cannot be known, so its tick is given up, never fired
     # twice (as before claimed_by existed).
-    from ackwise.stores._locks import MemoryLeaderLock
+    from ackwise.backends.memory._lock import MemoryLeaderLock
 
     class NoClaimers(MemoryLeaderLock):
         claimed_by = LeaderLock.claimed_by

@@ -20,7 +20,7 @@ from pymdownx.slugs import slugify
 
 import ackwise
 from ackwise import Plugins, get_plugins
-from ackwise.errors import UnknownBrokerScheme
+from ackwise.errors import ConfigurationError, UnknownBrokerScheme
 from ackwise.plugins._registries import _EXTRAS, _KNOWN_DISTRIBUTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,6 +186,32 @@ def test_the_missing_adapter_error_names_an_extra_that_installs_it() -> None:
         with pytest.raises(UnknownBrokerScheme) as info:
             core_only.adapters.get(scheme)
         assert f"pip install 'ackwise[{extra}]'" in str(info.value), scheme
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_a_postgresql_store_or_lock_without_the_adapter_names_the_extra_in_one_line(
+    scheme: str,
+) -> None:
+    # PostgreSQL's stores and lock are ackwise-postgresql's: with core alone, every way to ask
+    # for one says what to install.
+    core_only = Plugins(autoload=False)
+    url = f"{scheme}://app:s3cret@db.internal/shop"
+    fix = "pip install 'ackwise[postgresql]'"
+    for opener in (
+        ackwise.open_result_store,
+        ackwise.open_idempotency_store,
+        ackwise.open_worker_registry,
+        ackwise.open_lock,
+    ):
+        with pytest.raises(ConfigurationError) as info:
+            opener(url, core_only)
+        message = str(info.value)
+        assert fix in message and "\n" not in message and "s3cret" not in message, opener
+    for option in ("result_store", "idempotency_store", "worker_registry"):
+        with pytest.raises(ConfigurationError) as info:
+            ackwise.App("shop", broker="memory://", plugins=core_only, **{option: url})
+        message = str(info.value)
+        assert fix in message and "\n" not in message and "s3cret" not in message, option
 
 
 # -- metadata -----------------------------------------------------------------------------------

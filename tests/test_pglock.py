@@ -58,7 +58,7 @@ def _with(url: str, **params: str) -> str:
 
 
 def test_postgresql_urls_open_the_postgresql_lock() -> None:
-    from ackwise.backends.postgresql._lock import PostgresLeaderLock
+    from ackwise_postgresql._lock import PostgresLeaderLock
 
     for scheme in ("postgresql", "postgres"):
         assert isinstance(open_lock(f"{scheme}://postgres@127.0.0.1/test"), PostgresLeaderLock)
@@ -77,7 +77,7 @@ def test_an_unreachable_database_is_a_one_line_transient_error_without_the_passw
 def test_claims_are_pruned_to_the_newest_keep_fires_of_each_schedule(
     lock: LeaderLock, pg_schema_url: str
 ) -> None:
-    from ackwise.stores._locks import KEEP_FIRES
+    from ackwise_postgresql._lock import KEEP_FIRES
 
     name = _name()
     assert lock.acquire(name, "t1", LONG_TTL, "a") is not None

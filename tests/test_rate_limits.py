@@ -15,15 +15,10 @@ import pytest
 
 from ackwise import App, Worker, WorkerConfig, open_rate_limiter
 from ackwise.app._execution import Job, Result, Runner
+from ackwise.backends.memory._ratelimit import MemoryRateLimiter
 from ackwise.contract._spi import BrokerURL
 from ackwise.errors import ConfigurationError
-from ackwise.stores._ratelimit import (
-    MARGIN_CAP,
-    MemoryRateLimiter,
-    StartGate,
-    next_slot,
-    parse_rate,
-)
+from ackwise.stores._ratelimit import MARGIN_CAP, StartGate, next_slot, parse_rate
 from ackwise.testing import run_worker
 from ackwise_conformance import eventually
 
@@ -370,7 +365,7 @@ def test_a_limiter_written_before_starts_were_recorded_still_limits_and_says_so_
     # A third-party limiter that implements only reserve and forget (the methods of the
     # contract before RateLimiter.start): it keeps working, spaced by its reservations.
     from ackwise import RateLimiter
-    from ackwise.stores._ratelimit import MemoryRateLimiter
+    from ackwise.backends.memory._ratelimit import MemoryRateLimiter
 
     class Older(MemoryRateLimiter):
         start = RateLimiter.start

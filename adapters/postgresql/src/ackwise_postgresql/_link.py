@@ -1,12 +1,18 @@
-"""This adapter's one connection: opened on first use and again after it broke, the
-channels it LISTENs on, and psycopg's errors mapped to ackwise's in one table."""
+"""This package's connections, and psycopg's errors mapped to ackwise's in one table.
+
+:class:`Link` is the adapter's: opened on first use and again after it broke, with the channels
+it LISTENs on.  :class:`StoreLink` is a store's (results, idempotency keys, worker records):
+one connection shared by the store's threads.  The leader lock (:mod:`ackwise_postgresql._lock`)
+keeps its own, watched, but maps its errors with the same table.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import select
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -55,6 +61,34 @@ _CONNECT_ERRORS: ErrorTable = {
 _CAUGHT = (psycopg.Error,)
 
 
+def detail(exc: BaseException, secret: str | None) -> str:
+    """The first line of ``exc``'s message, ``secret`` (the URL's password) masked."""
+    text = str(exc).strip()
+    return redact(text.splitlines()[0] if text else "", secret)
+
+
+def translate(exc: BaseException, where: str, secret: str | None) -> AdapterError:
+    """ackwise's error for psycopg's ``exc`` (the translation of :func:`mapping_errors`): by
+    :data:`ERRORS`, but a failed connection attempt (``where`` ends ``: connect``) is refused
+    credentials or an unavailable database."""
+    text = detail(exc, secret)
+    if where.endswith(": connect") and type(exc) is psycopg.OperationalError:
+        if "authentication failed" in text or ("role" in text and "does not" in text):
+            return AuthenticationFailed(f"{where}: the database refused the credentials")
+        return from_table(exc, _CONNECT_ERRORS, where, text)
+    return from_table(exc, ERRORS, where, text)
+
+
+def create_tables(conn: psycopg.Connection[Any], statements: Sequence[str]) -> None:
+    """Run ``statements`` (``CREATE … IF NOT EXISTS``) in one transaction, under the advisory
+    lock :data:`~ackwise_postgresql._sql.SCHEMA_LOCK`, on an autocommit connection: processes
+    starting together on a new database do not collide in the catalogue."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_sql.SCHEMA_LOCK,))
+        for statement in statements:
+            conn.execute(statement)
+
+
 def channel(queue: str) -> str:
     """The NOTIFY channel of a queue: an identifier of fixed length, whatever its name."""
     return "ackwise_" + hashlib.sha1(queue.encode()).hexdigest()[:24]
@@ -94,10 +128,8 @@ class Link:
                     row = conn.execute(_sql.SCHEMA_READY).fetchone()
                     self._schema_ready = bool(row and row[0])
             if not self._schema_ready:
-                with self.errors("create the tables"), conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_sql.SCHEMA_LOCK,))
-                    for statement in _sql.SCHEMA:
-                        conn.execute(statement)
+                with self.errors("create the tables"):
+                    create_tables(conn, _sql.SCHEMA)
                 self._schema_ready = True
         return self._conn
 
@@ -134,7 +166,7 @@ class Link:
         """Map psycopg's errors; drop the connection when it, not the statement, failed."""
         try:
             with mapping_errors(
-                self._translate, _CAUGHT, f"{self.where}: {operation}", self.url.password
+                translate, _CAUGHT, f"{self.where}: {operation}", self.url.password
             ):
                 yield
         except (TransientAdapterError, PermanentAdapterError):
@@ -142,14 +174,6 @@ class Link:
             if conn is not None and (conn.closed or conn.broken):
                 self.close()
             raise
-
-    def _translate(self, exc: BaseException, where: str, secret: str | None) -> AdapterError:
-        detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else "", secret)
-        if where.endswith(": connect") and type(exc) is psycopg.OperationalError:
-            if "authentication failed" in detail or ("role" in detail and "does not" in detail):
-                return AuthenticationFailed(f"{where}: the database refused the credentials")
-            return from_table(exc, _CONNECT_ERRORS, where, detail)
-        return from_table(exc, ERRORS, where, detail)
 
     def execute(self, operation: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
         """Run one statement; its rows (none for a statement that returns none)."""
@@ -181,3 +205,46 @@ class Link:
         with self.errors("wait for a notification"):
             for _ in self.connection().notifies(timeout=max(0.0, timeout), stop_after=1):
                 break
+
+
+class StoreLink:
+    """The one connection of a store (results, idempotency keys, worker records): autocommit,
+    one statement at a time for all the store's threads, its tables made when it opens.
+
+    :param what: the store, for messages (``"idempotency store"``).
+    :param schema: the statements that create its tables (``CREATE TABLE IF NOT EXISTS``).
+    """
+
+    def __init__(self, url: BrokerURL, what: str, schema: Sequence[str]) -> None:
+        self.url = url
+        self.where = f"PostgreSQL {what} {url}"
+        self.schema = schema
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+
+    def errors(self, operation: str) -> contextlib.AbstractContextManager[None]:
+        """Map psycopg's errors raised inside to ackwise's (:func:`translate`)."""
+        return mapping_errors(translate, _CAUGHT, f"{self.where}: {operation}", self.url.password)
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection to the store's database."""
+        with self.errors("connect"):
+            return psycopg.connect(self.url.raw, autocommit=True)
+
+    def open(self) -> None:
+        """Connect, and create the store's tables if they are missing."""
+        self._conn = self.connect()
+        with self.errors("create the tables"):
+            create_tables(self._conn, self.schema)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        """Run one statement on the store's connection; its cursor."""
+        with self._lock, self.errors("execute"):
+            if self._conn is None:
+                raise psycopg.InterfaceError("the store is not open")
+            return self._conn.execute(sql, params)

@@ -12,7 +12,12 @@ from typing import Any
 
 from ackwise.contract._spi import Outgoing
 
-__all__ = ["CHANNEL", "CLAIM", "DELETE", "SCHEMA", "insert_params"]
+__all__ = ["CHANNEL", "CLAIM", "DELETE", "SCHEMA", "SCHEMA_LOCK", "create_tables", "insert_params"]
+
+#: The advisory lock held while the table is created ("ackw"; the PostgreSQL adapter holds the
+#: same one for its own tables): two ``CREATE TABLE IF NOT EXISTS`` of one table racing would
+#: otherwise collide in the catalogue (a unique violation on ``pg_type``).
+SCHEMA_LOCK = 0x61636B77
 
 SCHEMA = [
     """
@@ -39,6 +44,19 @@ SELECT %(queue)s, u.m, u.b, u.d, u.p
               CAST(%(delays)s AS float8[]), CAST(%(priorities)s AS int2[])) AS u(m, b, d, p)
 """
 NOTIFY = "SELECT pg_notify('" + CHANNEL + "', '')"
+
+
+def create_tables(conn: Any) -> None:
+    """Create the outbox table (``CREATE … IF NOT EXISTS``) in one transaction, under
+    :data:`SCHEMA_LOCK`.
+
+    ``conn`` is a psycopg connection in autocommit mode (``ackwise relay``'s).
+    """
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        for statement in SCHEMA:
+            conn.execute(statement)
+
 
 # The oldest rows no other relay holds; the delay is what is left of it now.
 CLAIM = """

@@ -74,10 +74,12 @@ def check_app_options(app: App) -> None:
             continue
         scheme = BrokerURL.parse(url).scheme.lower()
         if scheme not in app.plugins.adapters.store_schemes(kind):
+            install = app.plugins.adapters.install_hint(scheme)
             raise ConfigurationError(
                 f"app {app.name!r}: {store.option}={redact_url(url)!r} cannot keep "
                 f"{store.keeps}: no installed plugin provides {store.noun} for {scheme}:// "
                 f"URLs; give a URL of one of: {_schemes(app, kind)}"
+                + (f", or {install}" if install else "")
             )
     if app.store_results and app.result_store_url is None:
         raise missing_store(app, "result", f"app {app.name!r}", "store_results=True")

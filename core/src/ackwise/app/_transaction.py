@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from ackwise.app import _outbox
 from ackwise.app._dbconn import executor_for
-from ackwise.backends.postgresql._link import SCHEMA_LOCK
 from ackwise.contract._spi import Execute, Outgoing
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ def enlist(app: App, conn: Any) -> Iterator[Enlisted]:
     if outbox and execute(_outbox.EXISTS, {})[0][0] is None:
         # The first time on this database: created in the caller's transaction (the lock
         # is held until it ends), so a rolled-back first send leaves nothing either.
-        execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": SCHEMA_LOCK})
+        execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": _outbox.SCHEMA_LOCK})
         for statement in _outbox.SCHEMA:
             execute(statement, {})
     enlisted = Enlisted(app, execute, outbox)

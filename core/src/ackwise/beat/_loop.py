@@ -164,11 +164,13 @@ class Beat:
             return open_lock(self.lock_url, self.app.plugins)
         except UnknownBrokerScheme as exc:
             where = "--lock" if self.config.lock else "the app's broker; no --lock given"
+            install = self.app.plugins.adapters.install_hint(exc.scheme)
             raise ConfigurationError(
                 f"ackwise beat: app {self.app.name!r} has periodic schedules, and its lock URL "
                 f"{redact_url(self.lock_url)} ({where}) has no leader lock: no installed plugin "
-                f"provides one for {exc.scheme}:// URLs; pass --lock with a URL of one of: "
-                f"{', '.join(exc.installed)}"
+                f"provides one for {exc.scheme}:// URLs; "
+                + (f"{install}, or " if install else "")
+                + f"pass --lock with a URL of one of: {', '.join(exc.installed)}"
             ) from None
 
     # -- control ---------------------------------------------------------------------------

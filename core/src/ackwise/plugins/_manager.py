@@ -181,8 +181,9 @@ def open_lock(url: str, plugins: object | None = None) -> LeaderLock:
     from ackwise.contract._spi import BrokerURL
 
     parsed = BrokerURL.parse(url)
-    registry = (plugins if isinstance(plugins, Plugins) else get_plugins()).lock_backends
-    return registry.get(parsed.scheme).load()(parsed)
+    found = plugins if isinstance(plugins, Plugins) else get_plugins()
+    entry = found.lock_backends.get(parsed.scheme, found.adapters.install_hint(parsed.scheme))
+    return entry.load()(parsed)
 
 
 def open_store(url: str, plugins: Plugins | None = None) -> IdempotencyStore:
@@ -237,8 +238,10 @@ def _store_class(kind: str, url: str, plugins: Plugins | None, setting: str) -> 
     cls = registry.store_class(kind, scheme)
     if cls is None:
         known = registry.store_schemes(kind)
+        install = registry.install_hint(scheme)
         raise ConfigurationError(
             f"no {kind} store for {scheme!r} URLs; known: {', '.join(known)}; "
-            f"set App({setting}=URL)"
+            + (f"{install}, or " if install else "")
+            + f"set App({setting}=URL)"
         )
     return cls

@@ -252,11 +252,17 @@ class AdapterRegistry(_Registry[AdapterEntry]):
         try:
             return self._entries[scheme.lower()]
         except KeyError:
-            dist = _KNOWN_DISTRIBUTIONS.get(scheme.lower())
-            hint = None
-            if dist:
-                hint = f"install {dist} (pip install 'ackwise[{_EXTRAS[dist]}]')"
-            raise UnknownBrokerScheme(scheme, self.schemes(), hint) from None
+            raise UnknownBrokerScheme(scheme, self.schemes(), self.install_hint(scheme)) from None
+
+    def install_hint(self, scheme: str) -> str | None:
+        """What to install for ``scheme`` when no installed adapter serves it and it is one of
+        the adapter distributions' (``install ackwise-postgresql (pip install
+        'ackwise[postgresql]')``): the fix named by every error about a store, lock or broker
+        of such a scheme.  ``None`` otherwise."""
+        if scheme.lower() in self._entries:
+            return None
+        dist = _KNOWN_DISTRIBUTIONS.get(scheme.lower())
+        return f"install {dist} (pip install 'ackwise[{_EXTRAS[dist]}]')" if dist else None
 
 
 class LockRegistry(_Registry[LockEntry]):
@@ -264,14 +270,15 @@ class LockRegistry(_Registry[LockEntry]):
 
     entry_type = LockEntry
 
-    def get(self, scheme: str) -> LockEntry:
-        """The entry for ``scheme``; an error naming the installed schemes when there is none."""
+    def get(self, scheme: str, install: str | None = None) -> LockEntry:
+        """The entry for ``scheme``; an error naming the installed schemes when there is none
+        (and ``install``, what to install for it: :meth:`AdapterRegistry.install_hint`)."""
         try:
             return self._entries[scheme.lower()]
         except KeyError:
-            raise UnknownBrokerScheme(
-                scheme,
-                self.schemes(),
-                "no installed plugin provides a leader lock for it; pass --lock with a "
-                "URL of one of those schemes",
-            ) from None
+            fix = "pass --lock with a URL of one of those schemes"
+            if install is None:
+                hint = f"no installed plugin provides a leader lock for it; {fix}"
+            else:
+                hint = f"{install}, or {fix}"
+            raise UnknownBrokerScheme(scheme, self.schemes(), hint) from None

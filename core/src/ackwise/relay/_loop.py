@@ -18,7 +18,6 @@ from typing import Any
 
 from ackwise.app import _outbox
 from ackwise.app._app import App
-from ackwise.backends.postgresql._link import create_tables
 from ackwise.contract._spi import Outgoing, QueueSpec, redact_url
 from ackwise.errors import AckwiseError, ConfigurationError
 
@@ -69,7 +68,7 @@ class Relay:
 
     def _serve(self) -> None:
         with self._psycopg.connect(self.url, autocommit=True) as conn:
-            create_tables(conn, _outbox.SCHEMA)
+            _outbox.create_tables(conn)
             conn.execute(f'LISTEN "{_outbox.CHANNEL}"')
             while not self.stop.is_set():
                 for _ in conn.notifies(timeout=0):  # what came meanwhile: this round sees it

@@ -14,26 +14,14 @@ from __future__ import annotations
 
 import abc
 import json
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from ackwise.backends.postgresql._link import PgStoreLink
-from ackwise.backends.sqlite._file import SQLiteStore
 from ackwise.contract._spi import BrokerURL
 
-__all__ = [
-    "FORGET_AFTER",
-    "GONE_AFTER",
-    "HEARTBEAT",
-    "MemoryWorkerRegistry",
-    "PostgresWorkerRegistry",
-    "SQLiteWorkerRegistry",
-    "WorkerInfo",
-    "WorkerRegistry",
-]
+__all__ = ["FORGET_AFTER", "GONE_AFTER", "HEARTBEAT", "WorkerInfo", "WorkerRegistry", "ordered"]
 
 #: Seconds between two records of a running worker.
 HEARTBEAT = 5.0
@@ -131,134 +119,6 @@ class WorkerRegistry(abc.ABC):
         """
 
 
-def _ordered(infos: Sequence[WorkerInfo]) -> list[WorkerInfo]:
+def ordered(infos: Sequence[WorkerInfo]) -> list[WorkerInfo]:
+    """``infos`` as :meth:`WorkerRegistry.workers` returns them: oldest start first."""
     return sorted(infos, key=lambda w: (w.started_at, w.id))
-
-
-# -- in-process ----------------------------------------------------------------------------
-_memory: dict[str, dict[str, WorkerInfo]] = {}
-_memory_lock = threading.Lock()
-
-
-class MemoryWorkerRegistry(WorkerRegistry):
-    """For ``memory://`` apps: shared by every registry of the same name in the process."""
-
-    scheme = "memory"
-
-    def open(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    @property
-    def _records(self) -> dict[str, WorkerInfo]:
-        """The records of the name (called with ``_memory_lock`` held)."""
-        return _memory.setdefault(self.url.in_process_name, {})
-
-    def beat(self, info: WorkerInfo) -> None:
-        with _memory_lock:
-            self._records[info.id] = info
-
-    def workers(self) -> list[WorkerInfo]:
-        old = time.time() - FORGET_AFTER
-        with _memory_lock:
-            records = self._records
-            for key in [k for k, w in records.items() if w.last_seen < old]:
-                del records[key]
-            return _ordered(list(records.values()))
-
-    def forget(self, worker_ids: Sequence[str]) -> None:
-        with _memory_lock:
-            records = self._records
-            for wid in worker_ids:
-                records.pop(wid, None)
-            if not records:  # the name itself goes too (a test's own name, used once)
-                del _memory[self.url.in_process_name]
-
-
-# -- SQLite --------------------------------------------------------------------------------
-_SQLITE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS ackwise_workers (
-    id         TEXT PRIMARY KEY,
-    last_seen  REAL NOT NULL,    -- unix time of the record
-    record     TEXT NOT NULL     -- WorkerInfo as JSON
-) WITHOUT ROWID
-"""
-
-
-class SQLiteWorkerRegistry(SQLiteStore, WorkerRegistry):
-    """In the SQLite file of an embedded broker (table ``ackwise_workers``)."""
-
-    scheme = "sqlite"
-    what = "SQLite worker registry"
-    schema = (_SQLITE_SCHEMA,)
-
-    def beat(self, info: WorkerInfo) -> None:
-        with self._tx() as db:
-            db.execute(
-                "INSERT INTO ackwise_workers (id, last_seen, record) VALUES (?, ?, ?) "
-                "ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, "
-                "record = excluded.record",
-                (info.id, info.last_seen, info.to_json()),
-            )
-
-    def workers(self) -> list[WorkerInfo]:
-        with self._tx() as db:
-            db.execute(
-                "DELETE FROM ackwise_workers WHERE last_seen < ?", (time.time() - FORGET_AFTER,)
-            )
-            rows = db.execute("SELECT record FROM ackwise_workers").fetchall()
-        return _ordered([WorkerInfo.from_json(r[0]) for r in rows])
-
-    def forget(self, worker_ids: Sequence[str]) -> None:
-        with self._tx() as db:
-            db.executemany("DELETE FROM ackwise_workers WHERE id = ?", [(w,) for w in worker_ids])
-
-
-# -- PostgreSQL ----------------------------------------------------------------------------
-_PG_SCHEMA = [
-    """
-CREATE TABLE IF NOT EXISTS ackwise_workers (
-    id         TEXT PRIMARY KEY,
-    last_seen  DOUBLE PRECISION NOT NULL,
-    record     TEXT NOT NULL
-)""",
-]
-
-
-class PostgresWorkerRegistry(WorkerRegistry):
-    """Table ``ackwise_workers`` of a PostgreSQL database (psycopg 3)."""
-
-    scheme = "postgresql"
-
-    def __init__(self, url: BrokerURL) -> None:
-        super().__init__(url)
-        self._link = PgStoreLink(url, "worker registry", _PG_SCHEMA)
-
-    def open(self) -> None:
-        self._link.open()
-
-    def close(self) -> None:
-        self._link.close()
-
-    def beat(self, info: WorkerInfo) -> None:
-        self._link.execute(
-            "INSERT INTO ackwise_workers (id, last_seen, record) VALUES (%s, %s, %s) "
-            "ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, "
-            "record = excluded.record",
-            (info.id, info.last_seen, info.to_json()),
-        )
-
-    def workers(self) -> list[WorkerInfo]:
-        self._link.execute(
-            "DELETE FROM ackwise_workers WHERE last_seen < %s", (time.time() - FORGET_AFTER,)
-        )
-        rows = self._link.execute("SELECT record FROM ackwise_workers").fetchall()
-        return _ordered([WorkerInfo.from_json(r[0]) for r in rows])
-
-    def forget(self, worker_ids: Sequence[str]) -> None:
-        if worker_ids:
-            self._link.execute(
-                "DELETE FROM ackwise_workers WHERE id = ANY(%s)", (list(worker_ids),)
-            )

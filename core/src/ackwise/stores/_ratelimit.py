@@ -19,16 +19,21 @@ import abc
 import contextlib
 import logging
 import re
-import threading
 import time
 from typing import ClassVar
 
-from ackwise.backends.sqlite._file import SQLiteStore
 from ackwise.contract._backoff import Backoff
 from ackwise.contract._spi import BrokerURL
 from ackwise.errors import ConfigurationError, TransientAdapterError
 
-__all__ = ["MemoryRateLimiter", "RateLimiter", "SQLiteRateLimiter", "StartGate", "parse_rate"]
+__all__ = [
+    "RateLimiter",
+    "StartGate",
+    "first_margin",
+    "next_slot",
+    "parse_rate",
+    "start_wait",
+]
 
 log = logging.getLogger(__name__)
 
@@ -196,107 +201,3 @@ class StartGate:
                     continue  # refused now: the answer says how long to wait
                 # Not recorded: another start may take it first, and then this one waits again.
             time.sleep(wait)
-
-
-# -- in-process ----------------------------------------------------------------------------
-_memory: dict[str, dict[str, float]] = {}  # name -> key -> next free start (monotonic)
-_memory_starts: dict[str, dict[str, float]] = {}  # name -> key -> last start (monotonic)
-_memory_lock = threading.Lock()
-
-
-class MemoryRateLimiter(RateLimiter):
-    """For ``memory://`` apps: shared by every limiter of the same name in the process."""
-
-    scheme = "memory"
-
-    def open(self) -> None:
-        name = self.url.in_process_name
-        with _memory_lock:
-            self._slots = _memory.setdefault(name, {})
-            self._starts = _memory_starts.setdefault(name, {})
-
-    def close(self) -> None:
-        pass
-
-    def reserve(self, key: str, interval: float) -> float:
-        with _memory_lock:
-            wait, self._slots[key] = next_slot(self._slots.get(key), time.monotonic(), interval)
-        return wait
-
-    def start(self, key: str, interval: float, margin: float = 0.0) -> float:
-        with _memory_lock:
-            now = time.monotonic()
-            wait = start_wait(self._starts.get(key), now, interval)
-            if wait == 0.0:
-                begun = now + margin
-                self._starts[key] = begun
-                self._slots[key] = max(self._slots.get(key, now), begun + interval)
-        return wait
-
-    def forget(self, key: str) -> None:
-        with _memory_lock:
-            self._slots.pop(key, None)
-            self._starts.pop(key, None)
-
-
-# -- SQLite --------------------------------------------------------------------------------
-_SQLITE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS ackwise_rate_limits (
-    key   TEXT PRIMARY KEY,
-    next  REAL NOT NULL          -- the next free start (unix time)
-) WITHOUT ROWID
-"""
-_SQLITE_STARTS = """
-CREATE TABLE IF NOT EXISTS ackwise_rate_starts (
-    key   TEXT PRIMARY KEY,
-    last  REAL NOT NULL          -- the last recorded start, margin included (unix time)
-) WITHOUT ROWID
-"""
-_SQLITE_SET_NEXT = (
-    "INSERT INTO ackwise_rate_limits (key, next) VALUES (?, ?) "
-    "ON CONFLICT (key) DO UPDATE SET next = excluded.next"
-)
-
-
-class SQLiteRateLimiter(SQLiteStore, RateLimiter):
-    """In the SQLite file of an embedded broker (table ``ackwise_rate_limits``); the workers
-    share the host, hence its clock."""
-
-    scheme = "sqlite"
-    what = "SQLite rate limits"
-    schema = (_SQLITE_SCHEMA, _SQLITE_STARTS)
-
-    def reserve(self, key: str, interval: float) -> float:
-        with self._tx() as db:
-            row = db.execute(
-                "SELECT next FROM ackwise_rate_limits WHERE key = ?", (key,)
-            ).fetchone()
-            wait, after = next_slot(None if row is None else row[0], time.time(), interval)
-            db.execute(_SQLITE_SET_NEXT, (key, after))
-        return wait
-
-    def start(self, key: str, interval: float, margin: float = 0.0) -> float:
-        with self._tx() as db:
-            now = time.time()
-            row = db.execute(
-                "SELECT last FROM ackwise_rate_starts WHERE key = ?", (key,)
-            ).fetchone()
-            wait = start_wait(None if row is None else row[0], now, interval)
-            if wait == 0.0:
-                begun = now + margin
-                db.execute(
-                    "INSERT INTO ackwise_rate_starts (key, last) VALUES (?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET last = excluded.last",
-                    (key, begun),
-                )
-                row = db.execute(
-                    "SELECT next FROM ackwise_rate_limits WHERE key = ?", (key,)
-                ).fetchone()
-                if row is None or row[0] < begun + interval:
-                    db.execute(_SQLITE_SET_NEXT, (key, begun + interval))
-        return wait
-
-    def forget(self, key: str) -> None:
-        with self._tx() as db:
-            db.execute("DELETE FROM ackwise_rate_limits WHERE key = ?", (key,))
-            db.execute("DELETE FROM ackwise_rate_starts WHERE key = ?", (key,))

@@ -36,23 +36,23 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ackwise.backends.postgresql._link import SCHEMA_LOCK
-from ackwise.contract._spi import BrokerURL
+import psycopg
+
+from ackwise import BrokerURL, Claim, LeaderLock, LockInfo
 from ackwise.errors import (
     AdapterError,
-    AuthenticationFailed,
     BrokerUnavailable,
-    ConfigurationError,
-    ErrorTable,
     InvalidBrokerURL,
-    PermanentAdapterError,
     TransientAdapterError,
     from_table,
-    redact,
 )
-from ackwise.stores._locks import KEEP_FIRES, Claim, LeaderLock, LockInfo
+from ackwise_postgresql._link import ERRORS, detail
+from ackwise_postgresql._sql import SCHEMA_LOCK
 
-__all__ = ["PostgresLeaderLock"]
+__all__ = ["KEEP_FIRES", "PostgresLeaderLock"]
+
+#: How many claimed fires per schedule the store keeps (the newest), as ackwise's own stores.
+KEEP_FIRES = 64
 
 #: Sent as one simple query: one implicit transaction, under the schema lock, in one round trip.
 _SCHEMA = f"""
@@ -146,27 +146,6 @@ DELETE FROM ackwise_locks WHERE name = %(name)s
 """
 
 
-def _errors(psycopg: Any) -> ErrorTable:
-    pe = psycopg.errors
-    return {
-        pe.InvalidPassword: (AuthenticationFailed, "the database refused the credentials"),
-        pe.InvalidAuthorizationSpecification: (
-            AuthenticationFailed,
-            "the database refused the credentials",
-        ),
-        pe.QueryCanceled: (TransientAdapterError, "the statement timed out"),
-        pe.SerializationFailure: (TransientAdapterError, "a concurrent transaction won; retry"),
-        pe.DeadlockDetected: (TransientAdapterError, "deadlock detected; retry"),
-        pe.LockNotAvailable: (TransientAdapterError, "a lock was busy; retry"),
-        pe.AdminShutdown: (BrokerUnavailable, "the database is shutting down or restarting"),
-        pe.CannotConnectNow: (BrokerUnavailable, "the database is starting up"),
-        psycopg.OperationalError: (TransientAdapterError, "the connection failed"),
-        psycopg.InterfaceError: (TransientAdapterError, "the connection is closed"),
-        psycopg.Error: (PermanentAdapterError, "the database refused the statement"),
-        OSError: (TransientAdapterError, "socket error"),
-    }
-
-
 class _Watchdog:
     """Shut a connection's socket down when a statement overruns its time (one thread).
 
@@ -246,17 +225,7 @@ class PostgresLeaderLock(LeaderLock):
         return f"<PostgresLeaderLock {self.url}>"
 
     # -- the connection ----------------------------------------------------------------------
-    def _driver(self) -> Any:
-        try:
-            import psycopg
-        except ImportError as exc:
-            raise ConfigurationError(
-                "the PostgreSQL lock store needs psycopg: pip install 'psycopg[binary]'"
-            ) from exc
-        return psycopg
-
     def _connect(self) -> Any:
-        psycopg = self._driver()
         options: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in self.url.query:
             timeout = self.timeout
@@ -280,8 +249,7 @@ class PostgresLeaderLock(LeaderLock):
         return conn
 
     def _detail(self, exc: BaseException) -> str:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return redact(first, self.url.password)
+        return detail(exc, self.url.password) or type(exc).__name__
 
     def open(self) -> None:
         with self._mutex:
@@ -322,7 +290,6 @@ class PostgresLeaderLock(LeaderLock):
             return cursor
         # A connection that failed, or that the watchdog shut, is not used again: its next
         # answer could be the late one of this statement.
-        psycopg = self._driver()
         if failure is None or conn.broken or isinstance(failure, psycopg.OperationalError):
             self._drop()
         if cut:
@@ -335,9 +302,7 @@ class PostgresLeaderLock(LeaderLock):
         assert failure is not None
         if not isinstance(failure, psycopg.Error):
             raise failure
-        error: AdapterError = from_table(
-            failure, _errors(psycopg), self.where, self._detail(failure)
-        )
+        error: AdapterError = from_table(failure, ERRORS, self.where, self._detail(failure))
         raise error from failure
 
     # -- the contract --------------------------------------------------------------------------

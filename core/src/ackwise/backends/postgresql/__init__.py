@@ -1,1 +1,0 @@
-"""Core's PostgreSQL stores and leader lock (docs/architecture.md)."""
