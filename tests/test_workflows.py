@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ackwise import App, GroupHandle, TaskHandle, chain, chord, group
-from ackwise.app._canvas import CHAIN, CHAIN_END, next_step
+from ackwise.app._followups import CHAIN, CHAIN_END, next_step
 from ackwise.contract._envelope import decode
 from ackwise.errors import ConfigurationError, TaskFailed
 from ackwise.testing import run_worker

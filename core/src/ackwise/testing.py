@@ -111,7 +111,7 @@ class InProcessWorker:
         prefetch: int = 0,
         unknown_task_delay: float = 0.0,
     ) -> None:
-        if app._eager is not None:
+        if app.diversion is not None:
             raise ConfigurationError(
                 f"app {app.name!r} is in eager mode: its sends run at once and never reach a "
                 "worker; run the worker outside the eager(app) block"

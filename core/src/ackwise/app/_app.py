@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import math
 import os
 import threading
 import time
@@ -13,10 +12,10 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ackwise.app import _tracing
 from ackwise.app._handle import TaskHandle
-from ackwise.app._policy import check_priority, check_publish, schedule_delay
+from ackwise.app._policy import check_priority, check_publish
 from ackwise.app._requirements import check_app, check_app_options, check_task, missing_store
 from ackwise.app._schedule import Periodic, declare, make_schedule
-from ackwise.app._task import TRANSIENT_ERRORS, RetryPolicy, Signature, Task
+from ackwise.app._task import TRANSIENT_ERRORS, SendOptions, Signature, Task, TaskOptions
 from ackwise.app._transaction import current as current_transaction
 from ackwise.app._transaction import enlist
 from ackwise.contract import _envelope
@@ -28,7 +27,7 @@ from ackwise.plugins._manager import Plugins, get_plugins, open_result_store
 from ackwise.stores._results import RESULT_TTL, ResultStore
 
 if TYPE_CHECKING:
-    from ackwise.app._eager import EagerMode
+    from ackwise.app._ports import Diversion
 
 __all__ = ["App"]
 
@@ -99,8 +98,8 @@ class App:
         self._capabilities: Capabilities | None = None
         self._declared: set[str] = set()
         self._lock = threading.Lock()
-        #: Eager mode (``ackwise.testing.eager``): sends run here instead of being published.
-        self._eager: EagerMode | None = None
+        # Eager mode (``ackwise.testing.eager``): sends run there instead of being published.
+        self._diversion: Diversion | None = None
         #: The first send checks the app and its tasks as a worker's start does
         #: (:func:`ackwise.app._requirements.check_app`); later sends need not.
         self._checked = False
@@ -188,80 +187,66 @@ class App:
         :param priority: 0 (lowest, the default) to 9: its calls' priority unless a call says
             otherwise; refused on a broker without priorities (docs/priorities.md).
         """
-        if idempotency_key is not None and not callable(idempotency_key):
-            raise ConfigurationError(
-                f"idempotency_key must be a callable taking the task's arguments, got "
-                f"{idempotency_key!r}"
-            )
-        for label, value in (("time_limit", time_limit), ("soft_time_limit", soft_time_limit)):
-            if value is not None and (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise ConfigurationError(f"{label} must be a number of seconds > 0, got {value!r}")
-        if time_limit is not None and soft_time_limit is not None and soft_time_limit >= time_limit:
-            raise ConfigurationError(
-                f"soft_time_limit ({soft_time_limit}s) must be shorter than time_limit "
-                f"({time_limit}s): the soft limit is the task's chance to clean up first"
-            )
-        for label, classes in (
-            ("autoretry_for", autoretry_for),
-            ("dont_autoretry_for", dont_autoretry_for),
-        ):
-            if not all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
-                raise ConfigurationError(
-                    f"{label} must be a tuple of exception classes, got {classes!r}"
-                )
-        if not isinstance(ack, Ack):
-            raise ConfigurationError(f"ack must be an ackwise.Ack member, got {ack!r}")
-        if not (isinstance(max_deliveries, int) and max_deliveries >= 1):
-            raise ConfigurationError(f"max_deliveries must be an int >= 1, got {max_deliveries!r}")
-        policy = RetryPolicy(
-            tuple(autoretry_for),
-            tuple(dont_autoretry_for),
-            max_retries,
-            float(retry_backoff),
-            float(retry_backoff_max),
-            bool(retry_jitter),
+        options = TaskOptions(  # what the decorator refuses, refused before any function
+            name=name,
+            ack=ack,
+            queue=queue,
+            max_deliveries=max_deliveries,
+            bind=bind,
+            autoretry_for=autoretry_for,
+            dont_autoretry_for=dont_autoretry_for,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            retry_backoff_max=retry_backoff_max,
+            retry_jitter=retry_jitter,
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
+            idempotency_key=idempotency_key,
+            store_results=store_results,
+            track_started=track_started,
+            rate_limit=rate_limit,
+            priority=priority,
         )
 
         def register(f: Callable[P, R]) -> Task[P, R]:
-            task_name = name or f"{f.__module__}.{f.__qualname__}"
-            if task_name in self.tasks and self.tasks[task_name].fn is not f:
-                raise ConfigurationError(f"task name {task_name!r} is registered twice")
-            check_priority(
-                f"task {task_name!r}",
-                priority,
-                lambda: self.capabilities,
-                self._broker.scheme,
-                ConfigurationError,
-            )
-            t: Task[P, R] = Task(
-                self,
-                f,
-                name=task_name,
-                ack=ack,
-                queue=check_queue_name(queue or self.default_queue),
-                max_deliveries=max_deliveries,
-                bind=bind,
-                retry=policy,
-                time_limit=float(time_limit) if time_limit is not None else None,
-                soft_time_limit=float(soft_time_limit) if soft_time_limit is not None else None,
-                idempotency_key=idempotency_key,
-                store_results=store_results,
-                track_started=bool(track_started),
-                rate_limit=rate_limit,
-                priority=priority,
-            )
-            check_task(self, t)  # what a worker would refuse at start, refused here
-            self.tasks[task_name] = t
-            return t
+            return self._register(f, options)
 
         if fn is not None:
             return register(fn)
         return register
+
+    def _register(self, f: Callable[P, R], options: TaskOptions) -> Task[P, R]:
+        """Register ``f`` as a task with ``options`` (what :meth:`task` decorates it with)."""
+        task_name = options.name or f"{f.__module__}.{f.__qualname__}"
+        if task_name in self.tasks and self.tasks[task_name].fn is not f:
+            raise ConfigurationError(f"task name {task_name!r} is registered twice")
+        check_priority(
+            f"task {task_name!r}",
+            options.priority,
+            lambda: self.capabilities,
+            self._broker.scheme,
+            ConfigurationError,
+        )
+        t: Task[P, R] = Task(
+            self,
+            f,
+            name=task_name,
+            ack=options.ack,
+            queue=check_queue_name(options.queue or self.default_queue),
+            max_deliveries=options.max_deliveries,
+            bind=options.bind,
+            retry=options.retry,
+            time_limit=options.time_limit,
+            soft_time_limit=options.soft_time_limit,
+            idempotency_key=options.idempotency_key,
+            store_results=options.store_results,
+            track_started=options.track_started,
+            rate_limit=options.rate_limit,
+            priority=options.priority,
+        )
+        check_task(self, t)  # what a worker would refuse at start, refused here
+        self.tasks[task_name] = t
+        return t
 
     def queues(self) -> list[str]:
         """The queues the registered tasks use."""
@@ -305,11 +290,11 @@ class App:
         :raises ConfigurationError: the app has none (set ``App(result_store=URL)``).
         """
         with self._lock:
-            if self._results is None or self._eager is not None:
+            if self._results is None or self._diversion is not None:
                 if self.result_store_url is None:
                     raise missing_store(self, "result", f"app {self.name!r}", "reading a result")
-                if self._eager is not None:  # eager mode keeps its results in memory
-                    return self._eager.results
+                if self._diversion is not None:  # eager mode keeps its results in memory
+                    return self._diversion.results
                 self._results = open_result_store(
                     self.result_store_url, self.plugins, ttl=self.result_ttl
                 )
@@ -331,7 +316,7 @@ class App:
         In eager mode (``ackwise.testing.eager``) the block does not touch ``conn``: calls
         run as they are sent, whether or not the transaction commits.
         """
-        if self._eager is not None:
+        if self._diversion is not None:
             yield
             return
         with enlist(self, conn):
@@ -346,15 +331,12 @@ class App:
         ids: list[TaskHandle] = []
         with _tracing.send_span(self._broker.scheme, None) as span:
             for sig in calls:
-                options = sig.options
+                options = SendOptions.of(sig.options)
                 if span is not None:
-                    options = {
-                        **options,
-                        "headers": {**(options.get("headers") or {}), **span.headers},
-                    }
-                q, out = self._prepare(sig.task, sig.args, sig.kwargs, **options)
+                    options = options.with_headers(span.headers)
+                q, out = self._prepare(sig.task, sig.args, sig.kwargs, options)
                 by_queue.setdefault(q, []).append(out)
-                ids.append(self._handle(out.id, sig.task))
+                ids.append(self.handle(out.id, sig.task))
             for q, outs in by_queue.items():
                 self._publish(q, outs)
             if span is not None:
@@ -385,43 +367,8 @@ class App:
         :raises PublishError: an invalid task or queue name or priority; nothing was published.
         :raises NotSerializable: an argument or header is not JSON; nothing was published.
         """
-        return self._send_one(
-            task,
-            args,
-            kwargs,
-            countdown=countdown,
-            eta=eta,
-            queue=queue,
-            headers=headers,
-            id=id,
-            priority=priority,
-        )
-
-    def _send_one(
-        self,
-        task: Task[..., Any] | str,
-        args: Sequence[Any] | None,
-        kwargs: dict[str, Any] | None,
-        *,
-        headers: dict[str, Any] | None,
-        queue: str | None,
-        **options: Any,
-    ) -> TaskHandle:
-        """Check, trace and publish one call (:meth:`send`, :meth:`Task.apply_async`)."""
-        _, default_queue = self._target(task)
-        with _tracing.send_span(self._broker.scheme, queue or default_queue) as span:
-            if span is not None:
-                headers = {**(headers or {}), **span.headers}
-            q, out = self._prepare(task, args, kwargs, queue=queue, headers=headers, **options)
-            self._publish(q, [out])
-            if span is not None:
-                span.sent([out.id])
-        return self._handle(out.id, task)
-
-    def _handle(self, message_id: str, task: Task[..., Any] | str) -> TaskHandle:
-        known = task if isinstance(task, Task) else self.tasks.get(task)
-        name = task if isinstance(task, str) else task.name
-        return TaskHandle(message_id, self, name, known.store_results if known else None)
+        options = SendOptions(countdown, eta, queue, headers, id, priority)
+        return self.send_call(task, args, kwargs, options)
 
     def signature(
         self,
@@ -432,59 +379,103 @@ class App:
     ) -> Signature:
         """A call of the task named ``task``, for :meth:`send_many`; ``options`` are
         :meth:`send`'s (``countdown``, ``eta``, ``queue``, ``headers``, ``id``, ``priority``)."""
-        self._target(task)
+        self.target(task)
         return Signature(task, tuple(args), dict(kwargs or {}), options)
 
-    def _target(self, task: Task[..., Any] | str) -> tuple[str, str]:
-        """The task's name and its default queue (a name this app does not know: the app's)."""
+    # -- for ackwise's own modules (:class:`ackwise.app._task.TaskApp`, app._ports) ----------
+    # Not part of the API (docs/versioning.md): the API reference does not list them.
+    def send_call(
+        self,
+        task: Task[..., Any] | str,
+        args: Sequence[Any] | None,
+        kwargs: dict[str, Any] | None,
+        options: SendOptions,
+    ) -> TaskHandle:
+        """Internal: check, trace and publish one call (:meth:`send`, :meth:`Task.apply_async`,
+        a chain's first step); return its handle."""
+        _, default_queue = self.target(task)
+        with _tracing.send_span(self._broker.scheme, options.queue or default_queue) as span:
+            if span is not None:
+                options = options.with_headers(span.headers)
+            q, out = self._prepare(task, args, kwargs, options)
+            self._publish(q, [out])
+            if span is not None:
+                span.sent([out.id])
+        return self.handle(out.id, task)
+
+    def handle(self, message_id: str, task: Task[..., Any] | str) -> TaskHandle:
+        """Internal: the handle of the message ``message_id`` of ``task`` (a task or a name)."""
+        known = task if isinstance(task, Task) else self.tasks.get(task)
+        name = task if isinstance(task, str) else task.name
+        return TaskHandle(message_id, self, name, known.store_results if known else None)
+
+    def target(self, task: Task[..., Any] | str) -> tuple[str, str]:
+        """Internal: the task's name (checked) and its default queue (a name this app does not
+        know: the app's)."""
         if isinstance(task, Task):
             return task.name, task.queue
         name = _envelope.check_task_name(task)
         known = self.tasks.get(name)
         return name, known.queue if known is not None else self.default_queue
 
-    def _priority(self, task: Task[..., Any] | str, priority: int | None) -> int:
-        """A call's priority: the one given, else its task's, else 0; checked."""
+    def call_priority(self, task: Task[..., Any] | str, priority: int | None) -> int:
+        """Internal: a call's priority: the one given, else its task's, else 0; checked."""
         if priority is None:
             known = task if isinstance(task, Task) else self.tasks.get(task)
             return known.priority if known is not None else 0
         name = task.name if isinstance(task, Task) else task
         return check_priority(name, priority, lambda: self.capabilities, self._broker.scheme)
 
+    def producer(self) -> Adapter:
+        """Internal: the app's producer connection, opened on first use (the outbox relay
+        publishes on it)."""
+        with self._lock:
+            if self._producer is None:
+                producer = self.adapter()
+                producer.open()
+                self._producer = producer
+            return self._producer
+
+    @property
+    def diversion(self) -> Diversion | None:
+        """Internal: where this app's sends go instead of its broker, or ``None``: eager
+        mode's (``ackwise.testing.eager`` sets it for its block)."""
+        return self._diversion
+
+    @diversion.setter
+    def diversion(self, to: Diversion | None) -> None:
+        self._diversion = to
+
     def _prepare(
         self,
         task: Task[..., Any] | str,
         args: Sequence[Any] | None,
         kwargs: dict[str, Any] | None,
-        *,
-        countdown: float | None = None,
-        eta: dt.datetime | None = None,
-        queue: str | None = None,
-        headers: dict[str, Any] | None = None,
-        id: str | None = None,
-        priority: int | None = None,
+        options: SendOptions,
     ) -> tuple[str, Outgoing]:
+        """One call, checked (nothing is published when it is refused) and encoded."""
         if not self._checked:
             check_app(self)  # as a worker's start does: an app changed since it was made
             self._checked = True
-        name, default_queue = self._target(task)
-        priority = self._priority(task, priority)
-        id = id or _envelope.new_id()
+        name, default_queue = self.target(task)
+        priority = self.call_priority(task, options.priority)
+        id = options.id or _envelope.new_id()
         enlisted = current_transaction(self)
-        if enlisted is not None and enlisted.outbox and not (headers or {}).get("idempotency_key"):
+        if (
+            enlisted is not None
+            and enlisted.outbox
+            and not (options.headers or {}).get("idempotency_key")
+        ):
             # A relay killed between its publish and its delete publishes again: one effect.
-            headers = {**(headers or {}), "idempotency_key": f"outbox:{id}"}
+            options = options.with_headers({"idempotency_key": f"outbox:{id}"})
         args = list(args) if args is not None else []
         kwargs = dict(kwargs) if kwargs is not None else {}
         if args:
             _envelope.check_json(name, "args", args)
         if kwargs:
             _envelope.check_json(name, "kwargs", kwargs)
-        if headers:
-            _envelope.check_json(name, "headers", headers)
         created = time.time()
-        delay = schedule_delay(name, countdown, eta, created)
-        q = check_queue_name(queue) if queue is not None else default_queue
+        q, delay = options.checked(name, default_queue, created)
         env = _envelope.Envelope(
             v=_envelope.ENVELOPE_VERSION,
             id=id,
@@ -495,30 +486,21 @@ class App:
             created_at=created,
             eta=created + delay if delay else None,
             priority=priority,
-            headers=headers or {},
+            headers=options.headers or {},
         )
         body = _envelope.encode(env)
         check_publish(name, self._adapter_cls.capabilities, self._broker.scheme, body, delay)
         return q, Outgoing(env.id, body, delay, priority)
 
-    def _producer_adapter(self) -> Adapter:
-        """The app's producer connection, opened on first use."""
-        with self._lock:
-            if self._producer is None:
-                producer = self.adapter()
-                producer.open()
-                self._producer = producer
-            return self._producer
-
     def _publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
-        if self._eager is not None:  # the messages as the broker would get them, run here
-            self._eager._publish(messages)
+        if self._diversion is not None:  # the messages as the broker would get them, run there
+            self._diversion.publish(messages)
             return
         enlisted = current_transaction(self)
         if enlisted is not None:
             enlisted.publish(queue, messages)
             return
-        producer = self._producer_adapter()
+        producer = self.producer()
         if queue not in self._declared:
             with self._lock:
                 if queue not in self._declared:
@@ -587,10 +569,16 @@ class App:
             raise ConfigurationError(
                 f"periodic: expected a task, a signature (task.s(...)) or a task name, got {task!r}"
             )
-        return declare(
-            self,
-            resolved,
-            make_schedule(every, cron, tz),
+        schedule = make_schedule(every, cron, tz)
+        if resolved.app is not self or self.tasks.get(resolved.name) is not resolved:
+            raise ConfigurationError(
+                f"periodic: task {resolved.name!r} is not registered on app {self.name!r}"
+            )
+        periodic = declare(
+            resolved.name,
+            schedule,
+            app=self.name,
+            declared=self._schedules,
             name=name,
             args=args,
             kwargs=kwargs,
@@ -598,6 +586,8 @@ class App:
             missed=missed,
             catch_up_limit=catch_up_limit,
         )
+        self._schedules[periodic.name] = periodic
+        return periodic
 
     def periodic_task(
         self,
@@ -620,10 +610,11 @@ class App:
 
         def register(fn: Callable[P, R]) -> Task[P, R]:
             task: Task[P, R] = self.task(**task_options)(fn)
-            declare(
-                self,
-                task,
+            periodic = declare(
+                task.name,
                 schedule,
+                app=self.name,
+                declared=self._schedules,
                 name=None,
                 args=args,
                 kwargs=kwargs,
@@ -631,6 +622,7 @@ class App:
                 missed=missed,
                 catch_up_limit=catch_up_limit,
             )
+            self._schedules[periodic.name] = periodic
             return task
 
         return register

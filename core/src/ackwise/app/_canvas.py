@@ -8,7 +8,8 @@ with the step's return value put before its arguments, *before* it acks the step
 between runs the step again (at least once) and publishes the next step again, under the same
 id and the idempotency key ``chain:<id>``, so the next step has one effect wherever the app
 has an idempotency store.  A step that fails for good ends the chain; with a result store,
-the last step's record says which step and why.
+the last step's record says which step and why.  (What follows a step's or a member's end is
+:mod:`ackwise.app._followups`'s, for the worker and for eager mode.)
 
 A **group** ``group([a.s(1), a.s(2)])`` sends its members in one round trip per queue; its
 handle waits for them all.
@@ -16,42 +17,31 @@ handle waits for them all.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-import msgspec
-
-from ackwise.app._app import App
+from ackwise.app._followups import CHAIN, CHAIN_END, CHORD
 from ackwise.app._handle import TaskHandle
 from ackwise.app._requirements import missing_store
-from ackwise.app._task import Signature, Task
+from ackwise.app._task import SendOptions, Signature, Task
 from ackwise.contract import _envelope
-from ackwise.contract._spi import MAX_PRIORITY, Outgoing
 from ackwise.errors import ConfigurationError
-from ackwise.stores._results import ResultState, ResultStore, TaskResult, value_of
+
+if TYPE_CHECKING:
+    from ackwise.app._app import App
 
 __all__ = [
-    "CHAIN",
-    "CHAIN_END",
-    "CHORD",
     "Chain",
     "Chord",
     "Group",
     "GroupHandle",
-    "callback_message",
     "chain",
     "chord",
     "group",
-    "next_step",
 ]
-
-#: Envelope headers of a chain step: the steps to come, and the last step's message id.
-CHAIN = "ackwise.chain"
-CHAIN_END = "ackwise.chain_end"
-#: Envelope header of a chord member: the chord's id, size, members, callback and its index.
-CHORD = "ackwise.chord"
 
 
 def _app_of(steps: Sequence[Signature], app: App | None) -> App:
@@ -59,7 +49,8 @@ def _app_of(steps: Sequence[Signature], app: App | None) -> App:
         return app
     for s in steps:
         if isinstance(s.task, Task):
-            return s.task.app
+            # An App made the task (its module knows it as a TaskApp only).
+            return cast("App", s.task.app)
     raise ConfigurationError(
         "a workflow of task names only needs its app: chain(..., app=app) or group([...], app=app)"
     )
@@ -74,11 +65,11 @@ def _step(app: App, sig: Signature, message_id: str) -> dict[str, Any]:
     return {
         "task": _name(sig),
         "id": message_id,
-        "queue": sig.options.get("queue") or app._target(sig.task)[1],
+        "queue": sig.options.get("queue") or app.target(sig.task)[1],
         "args": list(sig.args),
         "kwargs": dict(sig.kwargs),
         "countdown": sig.options.get("countdown"),
-        "priority": app._priority(sig.task, sig.options.get("priority")),
+        "priority": app.call_priority(sig.task, sig.options.get("priority")),
     }
 
 
@@ -133,12 +124,11 @@ class Chain:
         ids = _ids(self.steps, "chain")
         rest = [_step(app, s, mid) for s, mid in zip(self.steps[1:], ids[1:], strict=True)]
         first = self.steps[0]
-        headers = {CHAIN: rest, CHAIN_END: ids[-1]} if rest else {}
-        options = {"queue": None, **first.options}
-        options.pop("id", None)
-        app._send_one(first.task, first.args, first.kwargs, headers=headers, id=ids[0], **options)
+        headers = {CHAIN: rest, CHAIN_END: ids[-1]} if rest else None
+        options = dataclasses.replace(SendOptions.of(first.options), headers=headers, id=ids[0])
+        app.send_call(first.task, first.args, first.kwargs, options)
         last = self.steps[-1]
-        return app._handle(ids[-1], last.task)
+        return app.handle(ids[-1], last.task)
 
 
 def chain(*steps: Signature, app: App | None = None) -> Chain:
@@ -222,7 +212,7 @@ class Chord:
                 for i, (m, mid) in enumerate(zip(self.members, ids, strict=True))
             ]
         )
-        return app._handle(callback_id, self.callback.task)
+        return app.handle(callback_id, self.callback.task)
 
 
 def chord(members: Iterable[Signature], callback: Signature, *, app: App | None = None) -> Chord:
@@ -230,73 +220,3 @@ def chord(members: Iterable[Signature], callback: Signature, *, app: App | None 
     checked = _checked(members, "chord", _OPTIONS)
     [cb] = _checked([callback], "chord callback", _OPTIONS)
     return Chord(checked, cb, _app_of((*checked, cb), app))
-
-
-def callback_message(info: dict[str, Any], values: list[Any]) -> tuple[str, Outgoing]:
-    """A chord's callback message, given its members' values in order.  Its id is fixed and
-    its idempotency key is ``chord:<id>``: every member that finds the chord complete sends
-    it, and it runs once."""
-    return _message(info["callback"], values, {"idempotency_key": f"chord:{info['id']}"})
-
-
-def chord_member_finished(
-    results: ResultStore, info: dict[str, Any], record: TaskResult, message_id: str
-) -> tuple[str, Outgoing] | None:
-    """A chord member's final record (``info``: its ``chord`` header): a failure fails the
-    chord, naming the member; a success is stored, then counted once.  Returns the callback
-    message when this member found every member counted, else ``None``."""
-    if record.status is not ResultState.SUCCEEDED:
-        why = (
-            f"chord member {record.task} ({message_id}, #{info['index']}) "
-            f"{record.state}: {record.error}"
-        )
-        results.put([msgspec.structs.replace(record, id=info["id"], task=None, error=why)])
-        return None
-    results.put([record])  # stored before it is counted: the callback reads it
-    if results.join(info["id"], int(info["index"])) < int(info["size"]):
-        return None
-    values = []
-    for mid in info["members"]:
-        member = results.get(mid)
-        if member is None or member.status is not ResultState.SUCCEEDED:
-            return None  # a member's record expired or changed: the chord's record says so
-        values.append(value_of(member))
-    return callback_message(info, values)
-
-
-def next_step(env: _envelope.Envelope, value_json: str | None) -> tuple[str, Outgoing] | None:
-    """The chain's next message after ``env`` succeeded with ``value_json``, or ``None``."""
-    rest = env.headers.get(CHAIN)
-    if not rest:
-        return None
-    step = rest[0]
-    value = msgspec.json.decode(value_json) if value_json is not None else None
-    headers: dict[str, Any] = {"idempotency_key": f"chain:{step['id']}"}
-    if rest[1:]:
-        headers[CHAIN], headers[CHAIN_END] = rest[1:], env.headers.get(CHAIN_END)
-    return _message(step, value, headers)
-
-
-def _priority_of(step: dict[str, Any]) -> int:
-    """A step's priority as its header carries it (0 for anything but 0-9: a header ackwise
-    did not write does not stop the step)."""
-    p = step.get("priority")
-    return p if type(p) is int and 0 <= p <= MAX_PRIORITY else 0
-
-
-def _message(step: dict[str, Any], value: Any, headers: dict[str, Any]) -> tuple[str, Outgoing]:
-    created = time.time()
-    delay = float(step.get("countdown") or 0.0)
-    nxt = _envelope.Envelope(
-        v=_envelope.ENVELOPE_VERSION,
-        id=step["id"],
-        task=step["task"],
-        args=[value, *step.get("args", [])],
-        kwargs=step.get("kwargs", {}),
-        queue=step["queue"],
-        created_at=created,
-        eta=created + delay if delay else None,
-        priority=_priority_of(step),
-        headers=headers,
-    )
-    return step["queue"], Outgoing(nxt.id, _envelope.encode(nxt), delay, nxt.priority)

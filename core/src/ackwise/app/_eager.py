@@ -2,10 +2,11 @@
 thread, with no broker and no worker.
 
 :func:`eager` turns it on for an app.  A call is checked and encoded exactly as a real
-publish encodes it (``App._prepare``: the same errors, before anything runs); eager mode takes
-the encoded message instead of the broker, decodes it and runs the task as a worker would
-(bound context, async tasks, retries without their delays, chain and chord steps, results,
-idempotency keys).  Calls sent while a task runs are queued and run after it returns, before
+publish encodes it (the same errors, before anything runs); eager mode takes the encoded
+message instead of the broker (the app's :attr:`~ackwise.App.diversion`), decodes it and runs
+the task as a worker would, with the worker's own parts (a :class:`Runner` calls it, and
+:mod:`ackwise.app._followups` decides what follows it: bound context, async tasks, retries
+without their delays, chain and chord steps, results, idempotency keys).  Calls sent while a task runs are queued and run after it returns, before
 the outermost send returns.  It tests what your code sends and what the tasks do with it,
 never delivery: there are no acks, leases, crashes or redeliveries.
 """
@@ -21,15 +22,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-import msgspec
-
-from ackwise.app import _tracing
 from ackwise.app._app import App
-from ackwise.app._canvas import CHAIN, CHAIN_END, CHORD, chord_member_finished, next_step
-from ackwise.app._execution import Runner, _format_traceback, _json_value, describe
-from ackwise.app._task import Task, TaskContext, claim_key
+from ackwise.app._execution import Runner, describe, format_traceback
+from ackwise.app._followups import follow_up, in_workflow, retries_done, with_attempt
+from ackwise.app._task import Task, claim_key
 from ackwise.contract import _envelope
 from ackwise.contract._envelope import Envelope
 from ackwise.contract._spi import Outgoing
@@ -39,6 +37,8 @@ from ackwise.stores._results import ResultState, ResultStore, TaskResult
 __all__ = ["EagerFailure", "EagerMode", "eager"]
 
 log = logging.getLogger("ackwise.testing")
+
+T = TypeVar("T")
 
 #: The calls waiting to run in this context while a send runs its call (and what that call
 #: sends in turn), each with the eager mode that took it; ``None``: no send is running.
@@ -81,6 +81,8 @@ class EagerMode:
         #: Calls that failed for good (no retry left, or not retryable).
         self.failures: list[EagerFailure] = []
         self._results = _EagerResults(app)
+        #: What the app hands its sends to while this mode is on.
+        self._diversion = _Diversion(self)
         self._done_keys: set[str] = set()
         #: A runner (and event loop, for async tasks) per sending thread.
         self._local = threading.local()
@@ -174,8 +176,7 @@ class EagerMode:
             try:
                 value = self._call(task, env)
             except Exception as exc:
-                retries = sum(1 for h in env.history if h.outcome == "retry")
-                if task.retry_policy.retry_delay(exc, retries) is None:
+                if task.retry_policy.retry_delay(exc, retries_done(env)) is None:
                     return self._failed(task, env, exc)
                 self.retried.append(EagerFailure(env, exc))
                 env = self._again(env, exc)
@@ -192,84 +193,54 @@ class EagerMode:
         return claim_key(task, env)
 
     def _call(self, task: Task[..., Any], env: Envelope) -> str | None:
-        """Call the task with the decoded arguments; return its value as JSON where a worker
-        would keep it (results, a chain's next step, a chord)."""
-        args: list[Any] = env.args
-        if task.bind:
-            retries = sum(1 for h in env.history if h.outcome == "retry")
-            args = [TaskContext(task, env.id, 1, retries, env.queue, env.headers), *args]
+        """Call the task as a worker's executor does (:meth:`Runner.call`); return its value
+        as JSON where a worker would keep it (results, a chain's next step, a chord)."""
         if task.is_async and _loop_running():
             # This thread's loop is busy (an async test): the task gets a loop of its own on a
             # thread that the send waits for.
-            returned = _in_thread(lambda: self._invoke_fresh(task, args, env))
-        else:
-            returned = self._invoke(self._runner(), task, args, env)
-        wanted = task.store_results or CHAIN in env.headers or CHORD in env.headers
-        return _json_value(task.name, returned) if wanted else None
+            return _in_thread(lambda: self._call_fresh(task, env))
+        return self._runner().call(task, env, 1)
 
-    @staticmethod
-    def _invoke(runner: Runner, task: Task[..., Any], args: list[Any], env: Envelope) -> Any:
-        """Call the task as a worker's executor does (soft time limit, tracing, its loop)."""
-        if _tracing.active():
-            return runner._call_traced(task, args, env, 1)
-        return runner._call(task, args, env.kwargs)
-
-    def _invoke_fresh(self, task: Task[..., Any], args: list[Any], env: Envelope) -> Any:
-        """:meth:`_invoke` with a runner (and event loop) of its own, closed after."""
+    def _call_fresh(self, task: Task[..., Any], env: Envelope) -> str | None:
+        """:meth:`_call` with a runner (and event loop) of its own, closed after."""
         runner = Runner(self.app)
         try:
-            return self._invoke(runner, task, args, env)
+            return runner.call(task, env, 1)
         finally:
             runner.close()
 
     def _again(self, env: Envelope, exc: BaseException) -> Envelope:
         """The retry's envelope: the attempt added to its history, encoded and decoded again."""
-        attempt = _envelope.Attempt(
-            attempt=1,
-            at=time.time(),
-            outcome="retry",
-            error=describe(exc),
-            traceback=_format_traceback(exc),
-            worker="eager",
-        )
-        again = msgspec.structs.replace(env, history=[*env.history, attempt])
+        error, trace = describe(exc), format_traceback(exc)
+        again = with_attempt(env, 1, "retry", error, trace, "eager")
         return _envelope.decode(_envelope.encode(again))
 
     # -- outcomes ------------------------------------------------------------------------------
     def _succeeded(self, task: Task[..., Any], env: Envelope, value: str | None) -> None:
         record = self._record(task, env, ResultState.SUCCEEDED, value=value)
-        if CHORD in env.headers:
-            self._chord_member(env, record)
-        if CHAIN in env.headers:
-            step = next_step(env, value)
-            if step is not None:
-                self._publish([step[1]])
+        self._follow_up(task, env, record)
         if task.store_results:
             self._put(record)
 
     def _failed(self, task: Task[..., Any], env: Envelope, exc: BaseException) -> BaseException:
         self.failures.append(EagerFailure(env, exc))
         record = self._record(
-            task, env, ResultState.FAILED, error=describe(exc), traceback=_format_traceback(exc)
+            task, env, ResultState.FAILED, error=describe(exc), traceback=format_traceback(exc)
         )
-        if CHORD in env.headers:
-            self._chord_member(env, record)
-        end = env.headers.get(CHAIN_END)
-        if isinstance(end, str):
-            why = f"chain step {task.name} ({env.id}) failed: {record.error}"
-            self._put(msgspec.structs.replace(record, id=end, task=None, error=why))
+        self._follow_up(task, env, record)
         if task.store_results:
             self._put(record)
         return exc
 
-    def _chord_member(self, env: Envelope, record: TaskResult) -> None:
-        """A chord member finished: as a worker counts it (docs/workflows.md)."""
-        info = env.headers[CHORD]
-        if self.app.result_store_url is None:
-            return  # a worker logs it and cannot count it either
-        callback = chord_member_finished(self._results, info, record, env.id)
-        if callback is not None:
-            self._publish([callback[1]])
+    def _follow_up(self, task: Task[..., Any], env: Envelope, record: TaskResult) -> None:
+        """What follows the call's end in a workflow, as a worker does it (docs/workflows.md):
+        records where a worker would store them (only if the app has a result store; a chord
+        member then is not counted, as a worker logs), messages sent as the worker sends them."""
+        if in_workflow(env):
+            results = self._results if self.app.result_store_url is not None else None
+            follow_up(
+                env, task.name, env.id, record, results, lambda queue, out: self._publish([out])
+            )
 
     def _record(
         self, task: Task[..., Any], env: Envelope, state: ResultState, **fields: str | None
@@ -282,6 +253,21 @@ class EagerMode:
         """Keep a record where a worker would store it: only if the app has a result store."""
         if self.app.result_store_url is not None:
             self._results.put([record])
+
+
+class _Diversion:
+    """What the app hands its sends to in eager mode (:class:`ackwise.app._ports.Diversion`):
+    the mode's records, and the mode's run of the messages."""
+
+    def __init__(self, mode: EagerMode) -> None:
+        self._mode = mode
+
+    @property
+    def results(self) -> ResultStore:
+        return self._mode.results
+
+    def publish(self, messages: Sequence[Outgoing]) -> None:
+        self._mode._publish(messages)
 
 
 class _EagerResults(ResultStore):
@@ -357,23 +343,24 @@ def _loop_running() -> bool:
     return True
 
 
-def _in_thread(fn: Callable[[], Any]) -> Any:
+def _in_thread(fn: Callable[[], T]) -> T:
     """``fn()`` on a new thread (in a copy of this context), waited for; its value or error."""
     context = contextvars.copy_context()
-    box: dict[str, Any] = {}
+    values: list[T] = []
+    errors: list[BaseException] = []
 
     def target() -> None:
         try:
-            box["value"] = context.run(fn)
+            values.append(context.run(fn))
         except BaseException as exc:
-            box["error"] = exc
+            errors.append(exc)
 
     thread = threading.Thread(target=target, name="ackwise-eager-async")
     thread.start()
     thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+    if errors:
+        raise errors[0]
+    return values[0]
 
 
 @contextlib.contextmanager
@@ -393,12 +380,12 @@ def eager(app: App, *, propagate: bool = True) -> Iterator[EagerMode]:
         result where the task stores results).
     :raises ConfigurationError: the app is in eager mode already.
     """
-    if app._eager is not None:
+    if app.diversion is not None:
         raise ConfigurationError(f"app {app.name!r} is in eager mode already")
     mode = EagerMode(app, propagate=propagate)
-    app._eager = mode
+    app.diversion = mode._diversion
     try:
         yield mode
     finally:
-        app._eager = None
+        app.diversion = None
         mode._close()

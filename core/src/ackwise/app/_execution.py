@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ackwise.app import _tracing
-from ackwise.app._canvas import CHAIN, CHORD
+from ackwise.app._followups import CHAIN, CHORD, retries_done
 from ackwise.app._task import TaskContext
 from ackwise.contract import _envelope
 from ackwise.errors import ConfigurationError, NotSerializable, SoftTimeLimitExceeded
@@ -103,35 +103,48 @@ class Runner:
             env = _envelope.decode(job.body)
             task = self.app.tasks[env.task]
             policy = task.retry_policy
-            args: list[Any] = env.args
-            if task.bind:
-                retries = sum(1 for h in env.history if h.outcome == "retry")
-                ctx = TaskContext(
-                    task, env.id, job.attempt, retries, env.queue, env.headers, job.receipt
-                )
-                args = [ctx, *args]
-            if _tracing.active():
-                returned = self._call_traced(task, args, env, job.attempt)
-            else:
-                returned = self._call(task, args, env.kwargs)
-            # A chain's next step takes the value; a chord's callback reads it from the store.
-            wanted = task.store_results or CHAIN in env.headers or CHORD in env.headers
-            value = _json_value(task.name, returned) if wanted else None
+            value = self.call(task, env, job.attempt, job.receipt)
         except BaseException as exc:
             duration = time.perf_counter() - start
             retry_delay: float | None = None
             if policy is not None and env is not None:
-                retries = sum(1 for h in env.history if h.outcome == "retry")
-                retry_delay = policy.retry_delay(exc, retries)
+                retry_delay = policy.retry_delay(exc, retries_done(env))
             return Result(
                 job.job_id,
                 FAILED,
                 duration,
                 retry_delay,
                 describe(exc),
-                _format_traceback(exc),
+                format_traceback(exc),
             )
         return Result(job.job_id, OK, time.perf_counter() - start, value=value)
+
+    def call(
+        self, task: Task[..., Any], env: _envelope.Envelope, attempt: int, receipt: str = ""
+    ) -> str | None:
+        """Call ``task`` with ``env``'s arguments as an executor does: its context first if it
+        is bound, under its soft time limit, after its rate limit's gate, traced where
+        tracing is on, async tasks on this runner's loop.  Returns its value as JSON where it
+        is kept (the task stores results, a chain's next step takes it, a chord's callback
+        reads it), else ``None``.
+
+        :raises BaseException: what the task raised; TypeError naming what it returned that
+            is not JSON, where its value is kept.
+        """
+        args: list[Any] = env.args
+        if task.bind:
+            ctx = TaskContext(
+                task, env.id, attempt, retries_done(env), env.queue, env.headers, receipt
+            )
+            args = [ctx, *args]
+        if _tracing.active():
+            returned = self._call_traced(task, args, env, attempt)
+        else:
+            returned = self._call(task, args, env.kwargs)
+        # A chain's next step takes the value; a chord's callback reads it from the store.
+        if task.store_results or CHAIN in env.headers or CHORD in env.headers:
+            return json_value(task.name, returned)
+        return None
 
     def _call(self, task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
         soft = task.soft_time_limit
@@ -186,7 +199,7 @@ class Runner:
             self._loop = None
 
 
-def _json_value(task: str, value: Any) -> str:
+def json_value(task: str, value: Any) -> str:
     """The return value as JSON text, or :class:`NotSerializable` naming what is not JSON
     (the task then fails: its result could not be stored)."""
     if value is not None:
@@ -200,7 +213,7 @@ def _json_value(task: str, value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-def _format_traceback(exc: BaseException) -> str:
+def format_traceback(exc: BaseException) -> str:
     """The traceback from the task's own frames on (the runner's frame is noise)."""
     tb = exc.__traceback__
     if tb is not None and tb.tb_next is not None:

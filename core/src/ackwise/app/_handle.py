@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ackwise.errors import ConfigurationError, TaskFailed
 from ackwise.stores._results import FINAL, ResultState, ResultStore, TaskResult, value_of
 
-if TYPE_CHECKING:
-    from ackwise.app._app import App
+__all__ = ["ResultSource", "TaskHandle"]
 
-__all__ = ["TaskHandle"]
+
+class ResultSource(Protocol):
+    """What a handle needs of its App (:class:`ackwise.App` is one): its result store."""
+
+    def results(self) -> ResultStore: ...
 
 
 class TaskHandle(str):
@@ -23,11 +26,13 @@ class TaskHandle(str):
     a task this app knows does not store them raises at once.
     """
 
-    _app: App
+    _app: ResultSource
     _task: str
     _stores: bool | None
 
-    def __new__(cls, message_id: str, app: App, task: str, stores: bool | None) -> TaskHandle:
+    def __new__(
+        cls, message_id: str, app: ResultSource, task: str, stores: bool | None
+    ) -> TaskHandle:
         handle = super().__new__(cls, message_id)
         handle._app, handle._task, handle._stores = app, task, stores
         return handle

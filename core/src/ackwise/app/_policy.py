@@ -1,11 +1,10 @@
 """Broker limits applied before anything runs: what a publish may carry, how a worker may be
 configured, how long its tasks may hold a delivery.  Read from the broker's
-:class:`~ackwise.Capabilities` only."""
+:class:`~ackwise.Capabilities` only.  (What a call's own options may say, countdown and eta
+included, is :class:`ackwise.app._task.SendOptions`'s to check.)"""
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from ackwise.errors import (
 )
 
 if TYPE_CHECKING:
-    from ackwise.app._app import App
+    from ackwise.app._ports import AppPort
     from ackwise.app._task import Task
 
 __all__ = [
@@ -31,37 +30,7 @@ __all__ = [
     "check_priority",
     "check_publish",
     "max_auto_prefetch",
-    "schedule_delay",
 ]
-
-
-def schedule_delay(
-    what: str, countdown: float | None, eta: dt.datetime | None, now: float
-) -> float:
-    """Turn ``countdown`` / ``eta`` into a delay in seconds, refusing what cannot be meant."""
-    if countdown is not None and eta is not None:
-        raise InvalidSchedule(f"{what}: give countdown or eta, not both; nothing was published")
-    if countdown is not None:
-        if isinstance(countdown, bool) or not isinstance(countdown, int | float):
-            raise InvalidSchedule(
-                f"{what}: countdown must be a number of seconds, got {type(countdown).__name__}"
-            )
-        if not math.isfinite(countdown) or countdown < 0:
-            raise InvalidSchedule(
-                f"{what}: countdown must be a finite number of seconds >= 0, got {countdown!r}; "
-                "nothing was published"
-            )
-        return float(countdown)
-    if eta is not None:
-        if not isinstance(eta, dt.datetime):
-            raise InvalidSchedule(f"{what}: eta must be a datetime, got {type(eta).__name__}")
-        if eta.tzinfo is None or eta.utcoffset() is None:
-            raise InvalidSchedule(
-                f"{what}: eta {eta.isoformat()} is naive; give an aware datetime, e.g. "
-                "datetime.now(timezone.utc) + timedelta(minutes=5); nothing was published"
-            )
-        return max(0.0, eta.timestamp() - now)
-    return 0.0
 
 
 def check_publish(what: str, caps: Capabilities, scheme: str, body: bytes, delay: float) -> None:
@@ -137,7 +106,7 @@ class WorkerConfig:
     #: Give up (exit with an error) when the broker stays unreachable this long.
     broker_timeout: float = 60.0
 
-    def validate(self, app: App, adapter_cls: type[Adapter]) -> None:
+    def validate(self, app: AppPort, adapter_cls: type[Adapter]) -> None:
         """Refuse settings that cannot hold together, or that ``adapter_cls``'s broker
         cannot serve (:class:`ackwise.errors.ConfigurationError`, one line naming the option).
 

@@ -17,8 +17,8 @@ from ackwise.contract._spi import BrokerURL, LeaseExtension, redact_url
 from ackwise.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ackwise.app._app import App
-    from ackwise.app._task import Task
+    from ackwise.app._ports import AppPort
+    from ackwise.app._task import Task, TaskApp
 
 __all__ = ["check_app", "check_app_options", "check_task", "missing_store"]
 
@@ -48,11 +48,11 @@ _STORES = {
 }
 
 
-def _schemes(app: App, kind: str) -> str:
+def _schemes(app: TaskApp, kind: str) -> str:
     return ", ".join(app.plugins.adapters.store_schemes(kind))
 
 
-def missing_store(app: App, kind: str, where: str, need: str) -> ConfigurationError:
+def missing_store(app: TaskApp, kind: str, where: str, need: str) -> ConfigurationError:
     """The refusal of ``need`` (an option, as written) at ``where`` (``app 'x'``, ``task 'y'``)
     on an app that has no ``kind`` store: what is missing, why, and the option that gives one."""
     store = _STORES[kind]
@@ -62,7 +62,7 @@ def missing_store(app: App, kind: str, where: str, need: str) -> ConfigurationEr
     )
 
 
-def check_app_options(app: App) -> None:
+def check_app_options(app: AppPort) -> None:
     """Refuse an option of ``App(...)`` its stores cannot serve (called when the app is made).
 
     :raises ConfigurationError: a store URL of a scheme that has no such store, or
@@ -85,7 +85,7 @@ def check_app_options(app: App) -> None:
         raise missing_store(app, "result", f"app {app.name!r}", "store_results=True")
 
 
-def check_task(app: App, task: Task[..., Any]) -> None:
+def check_task(app: AppPort, task: Task[..., Any]) -> None:
     """Refuse an option of ``task`` the app's stores or broker cannot serve (called when the
     task is declared).
 
@@ -120,7 +120,7 @@ def check_task(app: App, task: Task[..., Any]) -> None:
             check_hold_limit([task], limit)
 
 
-def check_app(app: App) -> None:
+def check_app(app: AppPort) -> None:
     """Refuse what :func:`check_app_options` and :func:`check_task` refuse, for the app and
     every task it has now: a worker's check at start, and a producer's at its first send
     (so an app changed after it was made is refused there, not by the worker)."""

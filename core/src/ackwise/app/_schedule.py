@@ -22,18 +22,14 @@ import abc
 import datetime as dt
 import math
 import zoneinfo
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cronsim import CronSim, CronSimError
 
 from ackwise.contract._envelope import check_json, check_queue_name
 from ackwise.errors import ConfigurationError, PublishError
-
-if TYPE_CHECKING:
-    from ackwise.app._app import App
-    from ackwise.app._task import Task
 
 __all__ = ["MISSED_POLICIES", "Cron", "Interval", "Periodic", "Schedule", "from_us", "to_us"]
 
@@ -317,10 +313,11 @@ def make_schedule(every: float | None, cron: str | None, tz: str | dt.tzinfo | N
 
 
 def declare(
-    app: App,
-    task: Task[..., Any],
+    task: str,
     schedule: Schedule,
     *,
+    app: str,
+    declared: Container[str],
     name: str | None,
     args: Sequence[Any],
     kwargs: dict[str, Any] | None,
@@ -328,20 +325,18 @@ def declare(
     missed: str,
     catch_up_limit: int | None,
 ) -> Periodic:
-    """Validate and record one schedule on ``app`` (the body of :meth:`App.periodic`)."""
-    if task.app is not app or app.tasks.get(task.name) is not task:
-        raise ConfigurationError(
-            f"periodic: task {task.name!r} is not registered on app {app.name!r}"
-        )
-    sname = task.name if name is None else name
+    """Validate one schedule of the task named ``task`` on the app named ``app``, whose
+    schedules so far are named ``declared`` (the body of :meth:`App.periodic`); the app keeps
+    what it returns."""
+    sname = task if name is None else name
     if not isinstance(sname, str) or not sname.strip() or len(sname) > 200 or "\n" in sname:
         raise ConfigurationError(
             f"schedule name must be a non-empty single-line string of at most 200 characters, "
             f"got {sname!r}"
         )
-    if sname in app.schedules:
+    if sname in declared:
         raise ConfigurationError(
-            f"schedule name {sname!r} is declared twice on app {app.name!r}; give each "
+            f"schedule name {sname!r} is declared twice on app {app!r}; give each "
             "schedule of the same task its own name=..."
         )
     if missed not in MISSED_POLICIES:
@@ -358,17 +353,17 @@ def declare(
     kwargs = dict(kwargs or {})
     # Refused now, not at 3 a.m. when the schedule first fires.
     if args:
-        check_json(task.name, "args", list(args))
+        check_json(task, "args", list(args))
     if kwargs:
-        check_json(task.name, "kwargs", kwargs)
+        check_json(task, "kwargs", kwargs)
     if queue is not None:
         try:
             queue = check_queue_name(queue)
         except PublishError as exc:
             raise ConfigurationError(f"schedule {sname!r}: {exc}") from exc
-    periodic = Periodic(
+    return Periodic(
         name=sname,
-        task=task.name,
+        task=task,
         schedule=schedule,
         args=tuple(args),
         kwargs=kwargs,
@@ -376,5 +371,3 @@ def declare(
         missed=missed,
         catch_up_limit=limit,
     )
-    app.schedules[sname] = periodic
-    return periodic

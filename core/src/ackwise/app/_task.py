@@ -1,26 +1,43 @@
-"""Tasks and their calls: ``Task`` (what ``@app.task`` registers), ``Signature`` (a call not
-yet sent), the retry policy and the context a bound task receives."""
+"""Tasks and their calls: ``Task`` (what ``@app.task`` registers) and its options
+(:class:`TaskOptions`), ``Signature`` (a call not yet sent) and a call's options
+(:class:`SendOptions`), the retry policy, the context a bound task receives, and
+:class:`TaskApp`: what all of them need of their App."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import inspect
 import math
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ackwise.app._handle import TaskHandle
+from ackwise.contract._envelope import check_json, check_queue_name
 from ackwise.contract._semantics import Ack
-from ackwise.errors import ConfigurationError, TransientAdapterError
+from ackwise.errors import ConfigurationError, InvalidSchedule, TransientAdapterError
 from ackwise.stores._ratelimit import parse_rate
 
 if TYPE_CHECKING:
-    from ackwise.app._app import App
     from ackwise.contract._envelope import Envelope
+    from ackwise.contract._spi import BrokerURL
+    from ackwise.plugins._manager import Plugins
 
-__all__ = ["TRANSIENT_ERRORS", "Retry", "RetryPolicy", "Signature", "Task", "TaskContext"]
+__all__ = [
+    "NO_OPTIONS",
+    "TRANSIENT_ERRORS",
+    "Retry",
+    "RetryPolicy",
+    "SendOptions",
+    "Signature",
+    "Task",
+    "TaskApp",
+    "TaskContext",
+    "TaskOptions",
+    "schedule_delay",
+]
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError,
@@ -90,6 +107,92 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class TaskOptions:
+    """The options of ``@app.task`` (see :meth:`App.task`), with its defaults, checked as the
+    decorator is applied: a bad one raises :class:`ConfigurationError` before any function
+    is registered.
+
+    ``name``, ``queue`` and ``priority`` are checked when the function is registered (the
+    name's default is the function's, the queue's the app's, and a priority above 0 needs a
+    broker with priorities), as is ``rate_limit`` (its error names the task).
+    """
+
+    name: str | None = None
+    ack: Ack = Ack.LATE
+    queue: str | None = None
+    max_deliveries: int = 5
+    bind: bool = False
+    autoretry_for: tuple[type[BaseException], ...] = TRANSIENT_ERRORS
+    dont_autoretry_for: tuple[type[BaseException], ...] = ()
+    max_retries: int = 3
+    retry_backoff: float = 1.0
+    retry_backoff_max: float = 600.0
+    retry_jitter: bool = True
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
+    idempotency_key: Callable[..., str] | None = None
+    store_results: bool | None = None
+    track_started: bool = False
+    rate_limit: str | None = None
+    priority: int = 0
+    #: The retry policy of ``autoretry_for`` … ``retry_jitter``, made (and checked) here.
+    retry: RetryPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.idempotency_key is not None and not callable(self.idempotency_key):
+            raise ConfigurationError(
+                f"idempotency_key must be a callable taking the task's arguments, got "
+                f"{self.idempotency_key!r}"
+            )
+        for label, value in (
+            ("time_limit", self.time_limit),
+            ("soft_time_limit", self.soft_time_limit),
+        ):
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ConfigurationError(f"{label} must be a number of seconds > 0, got {value!r}")
+        hard, soft = self.time_limit, self.soft_time_limit
+        if hard is not None and soft is not None and soft >= hard:
+            raise ConfigurationError(
+                f"soft_time_limit ({soft}s) must be shorter than time_limit "
+                f"({hard}s): the soft limit is the task's chance to clean up first"
+            )
+        for label, classes in (
+            ("autoretry_for", self.autoretry_for),
+            ("dont_autoretry_for", self.dont_autoretry_for),
+        ):
+            if not all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
+                raise ConfigurationError(
+                    f"{label} must be a tuple of exception classes, got {classes!r}"
+                )
+        if not isinstance(self.ack, Ack):
+            raise ConfigurationError(f"ack must be an ackwise.Ack member, got {self.ack!r}")
+        if not (isinstance(self.max_deliveries, int) and self.max_deliveries >= 1):
+            raise ConfigurationError(
+                f"max_deliveries must be an int >= 1, got {self.max_deliveries!r}"
+            )
+        policy = RetryPolicy(
+            tuple(self.autoretry_for),
+            tuple(self.dont_autoretry_for),
+            self.max_retries,
+            float(self.retry_backoff),
+            float(self.retry_backoff_max),
+            bool(self.retry_jitter),
+        )
+        object.__setattr__(self, "retry", policy)
+        # As the task holds them: seconds as floats, flags as bools.
+        if hard is not None:
+            object.__setattr__(self, "time_limit", float(hard))
+        if soft is not None:
+            object.__setattr__(self, "soft_time_limit", float(soft))
+        object.__setattr__(self, "track_started", bool(self.track_started))
+
+
+@dataclass(frozen=True)
 class TaskContext:
     """What a bound task (``bind=True``) receives as its first argument."""
 
@@ -124,12 +227,154 @@ class Signature:
         return Signature(self.task, self.args, self.kwargs, {**self.options, **options})
 
 
+@dataclass(frozen=True, slots=True, init=False)
+class SendOptions:
+    """The options of one call, as given: :meth:`Task.apply_async`'s and :meth:`App.send`'s
+    keyword arguments, a signature's (:meth:`Signature.set`, :meth:`App.signature`).
+    :meth:`checked` refuses what cannot be sent.
+
+    ``priority`` is checked with the task's default and the broker's capabilities
+    (:func:`ackwise.app._policy.check_priority`), ``id`` is the message id (a new one if
+    ``None``).
+    """
+
+    countdown: float | None = None
+    eta: dt.datetime | None = None
+    queue: str | None = None
+    headers: dict[str, Any] | None = None
+    id: str | None = None
+    priority: int | None = None
+
+    def __init__(
+        self,
+        countdown: float | None = None,
+        eta: dt.datetime | None = None,
+        queue: str | None = None,
+        headers: dict[str, Any] | None = None,
+        id: str | None = None,
+        priority: int | None = None,
+    ) -> None:
+        # The dataclass's own __init__, at about half its cost (one is made per apply_async
+        # or send with options): each slot is set through its descriptor, as a frozen
+        # class must, rather than through object.__setattr__.
+        _set_countdown(self, countdown)
+        _set_eta(self, eta)
+        _set_queue(self, queue)
+        _set_headers(self, headers)
+        _set_id(self, id)
+        _set_priority(self, priority)
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> SendOptions:
+        """A signature's options (a mapping of the names above).
+
+        :raises TypeError: a name that is not a send option.
+        """
+        return cls(**options) if options else NO_OPTIONS
+
+    def with_headers(self, headers: Mapping[str, Any]) -> SendOptions:
+        """These options with ``headers`` added to (or replacing) theirs."""
+        return dataclasses.replace(self, headers={**(self.headers or {}), **headers})
+
+    def checked(self, what: str, default_queue: str, now: float) -> tuple[str, float]:
+        """The queue a call of ``what`` (a task name) goes to, and the delay from ``now``
+        before it may run; nothing is published when they are refused.
+
+        :raises NotSerializable: a header is not JSON.
+        :raises InvalidSchedule: see :func:`schedule_delay`.
+        :raises PublishError: an invalid queue name.
+        """
+        if self.headers:
+            check_json(what, "headers", self.headers)
+        delay = schedule_delay(what, self.countdown, self.eta, now)
+        queue = check_queue_name(self.queue) if self.queue is not None else default_queue
+        return queue, delay
+
+
+_set_countdown, _set_eta, _set_queue, _set_headers, _set_id, _set_priority = (
+    vars(SendOptions)[f.name].__set__ for f in dataclasses.fields(SendOptions)
+)
+
+#: A call given no options (``delay()``, ``task.s(...)``, ``map``): the task's defaults.
+NO_OPTIONS = SendOptions()
+
+
+def schedule_delay(
+    what: str, countdown: float | None, eta: dt.datetime | None, now: float
+) -> float:
+    """Turn ``countdown`` / ``eta`` into a delay in seconds, refusing what cannot be meant
+    (:class:`InvalidSchedule`: both given, a negative or non-finite countdown, a naive eta)."""
+    if countdown is not None and eta is not None:
+        raise InvalidSchedule(f"{what}: give countdown or eta, not both; nothing was published")
+    if countdown is not None:
+        if isinstance(countdown, bool) or not isinstance(countdown, int | float):
+            raise InvalidSchedule(
+                f"{what}: countdown must be a number of seconds, got {type(countdown).__name__}"
+            )
+        if not math.isfinite(countdown) or countdown < 0:
+            raise InvalidSchedule(
+                f"{what}: countdown must be a finite number of seconds >= 0, got {countdown!r}; "
+                "nothing was published"
+            )
+        return float(countdown)
+    if eta is not None:
+        if not isinstance(eta, dt.datetime):
+            raise InvalidSchedule(f"{what}: eta must be a datetime, got {type(eta).__name__}")
+        if eta.tzinfo is None or eta.utcoffset() is None:
+            raise InvalidSchedule(
+                f"{what}: eta {eta.isoformat()} is naive; give an aware datetime, e.g. "
+                "datetime.now(timezone.utc) + timedelta(minutes=5); nothing was published"
+            )
+        return max(0.0, eta.timestamp() - now)
+    return 0.0
+
+
+class TaskApp(Protocol):
+    """What a task, its calls and the workflows made of them need of the App they belong to.
+
+    :class:`ackwise.App` is one.  Package-internal: the methods below are ackwise's own
+    (workflows, tasks, eager mode), not part of the API; they are here so that this module,
+    and those below the App, need not import it.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def broker(self) -> BrokerURL: ...
+
+    @property
+    def plugins(self) -> Plugins: ...
+
+    @property
+    def store_results(self) -> bool: ...
+
+    @property
+    def result_store_url(self) -> str | None: ...
+
+    def send_call(
+        self,
+        task: Task[..., Any] | str,
+        args: Sequence[Any] | None,
+        kwargs: dict[str, Any] | None,
+        options: SendOptions,
+    ) -> TaskHandle: ...
+
+    def send_many(self, calls: Iterable[Signature]) -> list[TaskHandle]: ...
+
+    def handle(self, message_id: str, task: Task[..., Any] | str) -> TaskHandle: ...
+
+    def target(self, task: Task[..., Any] | str) -> tuple[str, str]: ...
+
+    def call_priority(self, task: Task[..., Any] | str, priority: int | None) -> int: ...
+
+
 class Task(Generic[P, R]):
     """A registered task.  Calling it runs the function here; ``delay`` sends it."""
 
     def __init__(
         self,
-        app: App,
+        app: TaskApp,
         fn: Callable[P, R],
         *,
         name: str,
@@ -182,7 +427,7 @@ class Task(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
         """Send the task with these arguments; return its handle (the message id)."""
-        return self.apply_async(args, kwargs)
+        return self.app.send_call(self, args, kwargs, NO_OPTIONS)
 
     def apply_async(
         self,
@@ -206,17 +451,8 @@ class Task(Generic[P, R]):
         :raises NotSerializable: an argument or header is not JSON; nothing was published.
         :raises InvalidSchedule: negative countdown, naive eta, or both given.
         """
-        return self.app._send_one(
-            self,
-            args,
-            kwargs,
-            countdown=countdown,
-            eta=eta,
-            queue=queue,
-            headers=headers,
-            id=id,
-            priority=priority,
-        )
+        options = SendOptions(countdown, eta, queue, headers, id, priority)
+        return self.app.send_call(self, args, kwargs, options)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """Return a signature of this call, for :meth:`App.send_many`."""

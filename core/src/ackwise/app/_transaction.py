@@ -19,7 +19,7 @@ from ackwise.app._dbconn import executor_for
 from ackwise.contract._spi import Execute, Outgoing
 
 if TYPE_CHECKING:
-    from ackwise.app._app import App
+    from ackwise.app._ports import Producing
 
 __all__ = ["Enlisted", "current", "enlist"]
 
@@ -28,7 +28,7 @@ __all__ = ["Enlisted", "current", "enlist"]
 class Enlisted:
     """An app's sends inside one ``with app.transaction(conn):`` block."""
 
-    app: App
+    app: Producing
     execute: Execute
     #: True: to the outbox table (the broker cannot take them in this transaction); each
     #: message then carries the idempotency key ``outbox:<id>``, so that a relay that
@@ -37,7 +37,7 @@ class Enlisted:
 
     def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
         if not self.outbox:
-            self.app._producer_adapter().publish_in_transaction(self.execute, queue, messages)
+            self.app.producer().publish_in_transaction(self.execute, queue, messages)
             return
         self.execute(_outbox.INSERT, _outbox.insert_params(queue, messages))
         self.execute(_outbox.NOTIFY, {})
@@ -48,7 +48,7 @@ _current: contextvars.ContextVar[tuple[Enlisted, ...]] = contextvars.ContextVar(
 )
 
 
-def current(app: App) -> Enlisted | None:
+def current(app: Producing) -> Enlisted | None:
     """The innermost transaction block of ``app`` open in this context, or None."""
     for enlisted in reversed(_current.get()):
         if enlisted.app is app:
@@ -57,9 +57,9 @@ def current(app: App) -> Enlisted | None:
 
 
 @contextlib.contextmanager
-def enlist(app: App, conn: Any) -> Iterator[Enlisted]:
+def enlist(app: Producing, conn: Any) -> Iterator[Enlisted]:
     execute = executor_for(conn)
-    outbox = not app._producer_adapter().takes_transaction(execute)
+    outbox = not app.producer().takes_transaction(execute)
     if outbox and execute(_outbox.EXISTS, {})[0][0] is None:
         # The first time on this database: created in the caller's transaction (the lock
         # is held until it ends), so a rolled-back first send leaves nothing either.

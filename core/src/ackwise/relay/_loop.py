@@ -89,7 +89,7 @@ class Relay:
 
     def round(self, conn: Any) -> int:
         """Publish and delete one batch of the oldest unclaimed rows; how many it moved."""
-        producer = self.app._producer_adapter()
+        producer = self.app.producer()
         with conn.transaction():
             rows = conn.execute(_outbox.CLAIM, {"n": self.batch}).fetchall()
             by_queue: dict[str, list[Outgoing]] = {}

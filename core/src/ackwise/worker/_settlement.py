@@ -17,10 +17,8 @@ import logging
 import time
 from collections.abc import Sequence
 
-import msgspec
-
-from ackwise.app._canvas import CHAIN, CHAIN_END, CHORD, chord_member_finished, next_step
 from ackwise.app._execution import Result
+from ackwise.app._followups import CHORD, follow_up, in_workflow, with_attempt
 from ackwise.contract import _envelope
 from ackwise.contract._semantics import (
     AckMessage,
@@ -224,24 +222,23 @@ class Settler:
         d = h.delivery
 
         def before(again: bool) -> None:
-            """What goes before the delivery is settled: a chord's count, a chain's next
-            step, the result record (docs/workflows.md, docs/results.md)."""
+            """What goes before the delivery is settled: what follows it in a workflow (a
+            chord's count, a chain's next step: before this one's ack too), the result record
+            (docs/workflows.md, docs/results.md)."""
             what = "retried" if isinstance(decision, RetryMessage) else "returned"
             if again and self._given_back(decision, d, what):
                 raise Moot
-            if CHORD in h.envelope.headers:
-                self._chord_member(h, outcome, decision, result, detail)  # before the ack too
-            if outcome is Outcome.SUCCEEDED and CHAIN in h.envelope.headers:
-                self._continue_chain(h, result)  # the next step goes before this one's ack
-            elif CHAIN_END in h.envelope.headers and isinstance(
-                decision, DeadLetterMessage | LostMessage
-            ):
-                self._end_chain(h, outcome, decision, result, detail)
-            if self.results is not None and h.task.store_results:
-                record = _record(h, outcome, decision, result, detail)
-                if record is None:
-                    pass
-                elif isinstance(decision, AckMessage) and decision.batch:
+            stores = self.results is not None and h.task.store_results
+            workflow = in_workflow(h.envelope)
+            if not (stores or workflow):
+                return
+            record = _record(h, outcome, decision, result, detail)
+            if record is None:
+                return  # retried or returned: not finished, nothing follows yet
+            if workflow:
+                self._follow_up(h, record)
+            if self.results is not None and stores:
+                if isinstance(decision, AckMessage) and decision.batch:
                     self.pending_results.append(record)  # written with the ack (flush)
                 else:
                     self.results.put([record])
@@ -259,39 +256,18 @@ class Settler:
             Unsettled(d, h.task.name, [before, *steps], loses(decision)), keep=keep
         )
 
-    def _continue_chain(self, h: Held, result: Result | None) -> None:
-        """Publish the chain's next step (docs/workflows.md)."""
-        step = next_step(h.envelope, result.value if result is not None else None)
-        if step is None:
-            return
-        self._publish_to(*step)
-
-    def _chord_member(
-        self,
-        h: Held,
-        outcome: Outcome,
-        decision: Settlement,
-        result: Result | None,
-        detail: str | None,
-    ) -> None:
-        """A chord member finished (docs/workflows.md): its success is stored and counted
-        once; the member that finds every member counted sends the callback; a member that
-        fails for good fails the chord, naming itself."""
-        info = h.envelope.headers[CHORD]
-        record = _record(h, outcome, decision, result, detail)
-        if record is None:
-            return  # retried or returned: not finished
-        if self.results is None:
+    def _follow_up(self, h: Held, record: TaskResult) -> None:
+        """What follows a finished call in a workflow (:func:`follow_up`), published here."""
+        if CHORD in h.envelope.headers and self.results is None:
             log.error(
                 "chord member %s (%s) finished, but app has no result store: the chord "
                 "cannot count it; set App(result_store=URL)",
                 h.task.name,
                 h.delivery.message_id,
             )
-            return
-        callback = chord_member_finished(self.results, info, record, h.delivery.message_id)
-        if callback is not None:
-            self._publish_to(*callback)
+        follow_up(
+            h.envelope, h.task.name, h.delivery.message_id, record, self.results, self._publish_to
+        )
 
     def _priority(self, env: _envelope.Envelope | None) -> int:
         """The priority a message sent again keeps (0 where the broker has none: a message
@@ -307,23 +283,6 @@ class Settler:
             self.adapter.declare(QueueSpec(queue))
             self._declared.add(queue)
         self.adapter.publish(queue, [out])
-
-    def _end_chain(
-        self,
-        h: Held,
-        outcome: Outcome,
-        decision: Settlement,
-        result: Result | None,
-        detail: str | None,
-    ) -> None:
-        """A step failed for good: the chain's last step will never run; say so in its
-        record, where the worker has a result store."""
-        end = h.envelope.headers.get(CHAIN_END)
-        record = _record(h, outcome, decision, result, detail)
-        if self.results is None or not isinstance(end, str) or record is None:
-            return
-        why = f"chain step {h.task.name} ({h.delivery.message_id}) {record.state}: {record.error}"
-        self.results.put([msgspec.structs.replace(record, id=end, task=None, error=why)])
 
     def ack_starting(self, batch: Sequence[Held]) -> tuple[set[int], set[int]]:
         """Ack what :func:`settle` says to ack as ``batch`` starts (at most once).
@@ -457,15 +416,7 @@ class Settler:
         error: str | None,
         traceback: str | None,
     ) -> _envelope.Envelope:
-        attempt = _envelope.Attempt(
-            attempt=d.attempt,
-            at=time.time(),
-            outcome=outcome,
-            error=error,
-            traceback=traceback,
-            worker=self.worker_id,
-        )
-        return msgspec.structs.replace(env, history=[*env.history, attempt])
+        return with_attempt(env, d.attempt, outcome, error, traceback, self.worker_id)
 
     # -- late acks of successes, batched ---------------------------------------------------
     def _queue_ack(self, d: Delivery) -> None:
