@@ -37,18 +37,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from ackwise.backends.postgresql._link import SCHEMA_LOCK
+from ackwise.contract._errormap import ErrorTable, from_table, redact
 from ackwise.contract._spi import BrokerURL
 from ackwise.errors import (
     AdapterError,
     AuthenticationFailed,
     BrokerUnavailable,
     ConfigurationError,
-    ErrorTable,
     InvalidBrokerURL,
     PermanentAdapterError,
     TransientAdapterError,
-    from_table,
-    redact,
 )
 from ackwise.stores._locks import KEEP_FIRES, Claim, LeaderLock, LockInfo
 
