@@ -21,8 +21,9 @@ import pika
 import pika.exceptions as px
 import pytest
 
-from ackwise import App, Delivery, Outgoing, QueueSpec, open_adapter
+from ackwise import App, open_adapter
 from ackwise.errors import QueueNotFound
+from ackwise.spi import Delivery, Outgoing, QueueSpec
 from ackwise.testing import run_worker
 from ackwise_conformance.brokers import BrokerHandle
 from ackwise_conformance.harness import with_options

@@ -7,7 +7,7 @@ broker keeps its results and keys in the same database by default.
 
 from __future__ import annotations
 
-from ackwise import AdapterRegistry, hookimpl
+from ackwise.spi import AdapterRegistry, hookimpl
 
 _ADAPTER = "ackwise_postgresql._adapter:PostgreSQLAdapter"
 
