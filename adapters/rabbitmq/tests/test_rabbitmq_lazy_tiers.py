@@ -219,7 +219,8 @@ def test_a_delay_published_by_another_process_declares_its_tiers_there(
     queue = _queue()
     script = (
         "import sys\n"
-        "from ackwise import Outgoing, open_adapter\n"
+        "from ackwise import open_adapter\n"
+        "from ackwise.spi import Outgoing\n"
         "a = open_adapter(sys.argv[1]); a.open()\n"
         "a.publish(sys.argv[2], [Outgoing('elsewhere', b'x', delay=0.5)])\n"
         "a.close()\n"
