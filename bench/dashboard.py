@@ -37,7 +37,8 @@ from typing import Any
 import _common
 import embedded
 
-from ackwise import App, Outgoing, QueueSpec
+from ackwise import App
+from ackwise.spi import Outgoing, QueueSpec
 
 TARGET_MS = 300.0
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

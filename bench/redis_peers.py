@@ -290,14 +290,15 @@ class _Sender:
             self.send = self.app.bench_noop
         elif system == "ackwise-adapter":
             import ackwise
+            from ackwise.spi import Outgoing, QueueSpec
 
             adapter = ackwise.open_adapter(url)
             adapter.open()
-            adapter.declare(ackwise.QueueSpec(queue))
+            adapter.declare(QueueSpec(queue))
             self.app = adapter
 
             def send(sent: float) -> None:
-                adapter.publish(queue, [ackwise.Outgoing(uuid.uuid4().hex, repr(sent).encode())])
+                adapter.publish(queue, [Outgoing(uuid.uuid4().hex, repr(sent).encode())])
 
             self.send = send
         else:

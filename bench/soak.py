@@ -57,8 +57,9 @@ from soakbench.soak_check import (  # noqa: E402
     Verdict,
 )
 
-from ackwise import Ack, Adapter, DeadLetter, QueueSpec, QueueStats, open_adapter  # noqa: E402
+from ackwise import Ack, Adapter, DeadLetter, QueueStats, open_adapter  # noqa: E402
 from ackwise.errors import AdapterError  # noqa: E402
+from ackwise.spi import QueueSpec  # noqa: E402
 from ackwise_conformance.brokers import BrokerHandle, provide  # noqa: E402
 from ackwise_conformance.journal import record  # noqa: E402
 from ackwise_conformance.proxy import FaultProxy  # noqa: E402

@@ -33,7 +33,6 @@ from ackwise import (
     LockInfo,
     Periodic,
     Plugins,
-    QueueSpec,
     decode_envelope,
     hookimpl,
     open_lock,
@@ -45,6 +44,7 @@ from ackwise.errors import (
     PermanentAdapterError,
     TransientAdapterError,
 )
+from ackwise.spi import QueueSpec
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.locks import LeaderLockConformance
 

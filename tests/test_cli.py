@@ -22,11 +22,12 @@ from pathlib import Path
 import pytest
 
 import ackwise
-from ackwise import App, Outgoing, QueueSpec, QueueStats, get_plugins
+from ackwise import App, QueueStats, get_plugins
 from ackwise.cli import main as cli_main
 from ackwise.cli._common import shows_default
 from ackwise.cli._main import build_parser
 from ackwise.cli._watch import render
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise_conformance.brokers import provide_or_skip
 
 HERE = Path(__file__).parent

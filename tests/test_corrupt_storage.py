@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ackwise
-from ackwise import Ack, App, QueueSpec, open_adapter
+from ackwise import Ack, App, open_adapter
 from ackwise.backends.memory._adapter import MemoryAdapter, _broker_for, _Message
+from ackwise.spi import QueueSpec
 from ackwise.testing import run_worker
 from ackwise_conformance.corruption import drain_among_corrupt
 

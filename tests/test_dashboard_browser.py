@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from ackwise import App, Outgoing, QueueSpec
+from ackwise import App
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise.testing import run_worker
 from ackwise_conformance.brokers import missing_broker
 from ackwise_conformance.helpers import eventually

@@ -24,6 +24,7 @@ from ackwise.errors import (
     PublishError,
     TaskFailed,
 )
+from ackwise.spi import QueueSpec
 from ackwise.testing import EagerMode, eager, run_worker
 
 #: A broker no test reaches: nothing listens on port 1 (eager mode never connects).
@@ -46,7 +47,7 @@ def _ready(app: App, queue: str = "default") -> int:
     adapter = app.adapter()
     adapter.open()
     try:
-        adapter.declare(ackwise.QueueSpec(queue))
+        adapter.declare(QueueSpec(queue))
         return adapter.stats(queue).ready + adapter.stats(queue).delayed
     finally:
         adapter.close()

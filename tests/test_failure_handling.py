@@ -17,13 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ackwise
-from ackwise import App, QueueSpec, RetryPolicy
+from ackwise import App, RetryPolicy
 from ackwise.errors import (
     BrokerUnavailable,
     ConfigurationError,
     SoftTimeLimitExceeded,
     TransientAdapterError,
 )
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise.testing import run_worker
 
 HERE = Path(__file__).parent
@@ -225,7 +226,7 @@ def test_unknown_task_is_offered_again_then_dead_lettered(tmp_path):
     body = json.dumps(
         {"v": 1, "id": "u1", "task": "not.deployed.yet", "queue": "default", "created_at": 1.0}
     ).encode()
-    adapter.publish("default", [ackwise.Outgoing("u1", body)])
+    adapter.publish("default", [Outgoing("u1", body)])
     with run_worker(app) as w:
         report = w.join(timeout=10)
     returned = [e for e in report.of("returned") if e.info.get("reason") == "unknown_task"]
@@ -358,7 +359,7 @@ def dead_sqlite(request, tmp_path):
     adapter.open()
     adapter.declare(QueueSpec("default"))
     # one more, by a different reason
-    adapter.publish("default", [ackwise.Outgoing("garbage-1", b"\x00 not json")])
+    adapter.publish("default", [Outgoing("garbage-1", b"\x00 not json")])
     with run_worker(app) as w:
         w.join(timeout=10)
     yield app, adapter, ("--broker", url, "-Q", "default")

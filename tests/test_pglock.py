@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from ackwise import App, Claim, LeaderLock, QueueSpec, decode_envelope, open_lock
+from ackwise import App, Claim, LeaderLock, decode_envelope, open_lock
 from ackwise.errors import BrokerUnavailable, TransientAdapterError
+from ackwise.spi import QueueSpec
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.locks import LeaderLockConformance
 from ackwise_conformance.proxy import FaultProxy

@@ -18,6 +18,7 @@ from ackwise.errors import (
     PublishError,
     UnknownBrokerScheme,
 )
+from ackwise.spi import QueueSpec
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def app():
 def _stats(app: App, queue: str = "default"):
     adapter = app.adapter()
     adapter.open()
-    adapter.declare(ackwise.QueueSpec(queue))
+    adapter.declare(QueueSpec(queue))
     return adapter.stats(queue)
 
 

@@ -25,6 +25,7 @@ from ackwise import App, LeaseExtension, Worker, WorkerConfig, chord
 from ackwise.backends.memory._adapter import MemoryAdapter
 from ackwise.beat._loop import Beat, BeatConfig
 from ackwise.errors import ConfigurationError
+from ackwise.spi import QueueSpec
 from ackwise.testing import eager
 from ackwise_conformance.brokers import missing_broker
 
@@ -224,7 +225,7 @@ def queue_of(tmp_path: Path) -> Iterator[Callable[[str], str]]:
         adapter = App("watch", broker=url).adapter()
         adapter.open()
         queue = f"refused-{uuid.uuid4().hex[:12]}"
-        adapter.declare(ackwise.QueueSpec(queue))
+        adapter.declare(QueueSpec(queue))
         made.append((adapter, queue))
         return queue
 

@@ -23,9 +23,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ackwise import Ack, App, BrokerURL, Outgoing, Retry, Worker, WorkerConfig, decode_envelope
+from ackwise import Ack, App, BrokerURL, Retry, Worker, WorkerConfig, decode_envelope
 from ackwise.backends.sqlite._adapter import SQLiteAdapter
 from ackwise.errors import BrokerUnavailable, TransientAdapterError
+from ackwise.spi import Outgoing
 from ackwise.testing import InProcessWorker
 from ackwise.worker._events import EVENTS, BrokerError, Failed, Retried, Stale, Started
 from ackwise_conformance.brokers import BrokerHandle, missing_broker

@@ -12,6 +12,7 @@ import pytest
 import ackwise
 from ackwise import App
 from ackwise.errors import ConfigurationError, NotSerializable, PublishError
+from ackwise.spi import QueueSpec
 from ackwise.testing import run_worker
 
 
@@ -32,7 +33,7 @@ def _stats(app: App, queue: str) -> ackwise.QueueStats:
     adapter = app.adapter()
     adapter.open()
     try:
-        adapter.declare(ackwise.QueueSpec(queue))
+        adapter.declare(QueueSpec(queue))
         return adapter.stats(queue)
     finally:
         adapter.close()

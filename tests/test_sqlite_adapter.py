@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import ackwise.backends.sqlite._adapter as sqlite_mod
-from ackwise import BrokerURL, Outgoing, QueueSpec, open_adapter
+from ackwise import BrokerURL, open_adapter
 from ackwise.backends.sqlite._adapter import SQLiteAdapter
 from ackwise.backends.sqlite._file import map_sqlite_errors
 from ackwise.errors import (
@@ -24,6 +24,7 @@ from ackwise.errors import (
     StaleReceipt,
     TransientAdapterError,
 )
+from ackwise.spi import Outgoing, QueueSpec
 
 
 def make(url: str) -> SQLiteAdapter:

@@ -11,8 +11,9 @@ from typing import Any, ClassVar
 import pytest
 
 import ackwise
-from ackwise import Ack, App, Outgoing, QueueSpec, Retry
+from ackwise import Ack, App, Retry
 from ackwise.backends.memory._adapter import MemoryAdapter
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise.testing import run_worker
 
 

@@ -13,13 +13,14 @@ import time
 import startlog
 
 import ackwise
+from ackwise.spi import QueueSpec
 
 
 def main() -> None:
     adapter = ackwise.open_adapter(os.environ["REDIS_BENCH_URL"])
     adapter.open()
     queue = os.environ["REDIS_BENCH_QUEUE"]
-    adapter.declare(ackwise.QueueSpec(queue))
+    adapter.declare(QueueSpec(queue))
     append = startlog.starts.append
     while True:
         got = adapter.receive(queue, max_messages=4, wait=1.0, lease=30.0)

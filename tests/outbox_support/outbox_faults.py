@@ -12,8 +12,9 @@ import os
 import time
 from collections.abc import Sequence
 
-from ackwise import AdapterRegistry, BrokerURL, Outgoing, hookimpl
+from ackwise import BrokerURL, hookimpl
 from ackwise.backends.sqlite._adapter import SQLiteAdapter
+from ackwise.spi import AdapterRegistry, Outgoing
 
 
 class _JournaledPublish(SQLiteAdapter):

@@ -48,17 +48,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ackwise import (
-    Adapter,
-    AdapterRegistry,
-    BrokerURL,
-    Delivery,
-    Outgoing,
-    QueueStats,
-    get_plugins,
-    hookimpl,
-)
+from ackwise import Adapter, BrokerURL, QueueStats, get_plugins, hookimpl
 from ackwise.errors import StaleReceipt
+from ackwise.spi import AdapterRegistry, Delivery, Outgoing
 
 __all__ = ["SCHEMES", "ackwise_register_adapters"]
 

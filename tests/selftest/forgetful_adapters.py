@@ -13,7 +13,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from ackwise import Adapter, AdapterRegistry, BrokerURL, Delivery, get_plugins, hookimpl
+from ackwise import Adapter, BrokerURL, get_plugins, hookimpl
+from ackwise.spi import AdapterRegistry, Delivery
 
 __all__ = ["PREFIX", "ackwise_register_adapters"]
 

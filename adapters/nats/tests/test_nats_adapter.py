@@ -10,8 +10,9 @@ from collections.abc import Iterator
 import nats
 import pytest
 
-from ackwise import Adapter, Outgoing, QueueSpec, open_adapter
+from ackwise import Adapter, open_adapter
 from ackwise.errors import StaleReceipt
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise_nats._names import QueueNames
 
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from ackwise import Delivery, Outgoing, QueueSpec, open_adapter
+from ackwise import open_adapter
 from ackwise.errors import StaleReceipt
+from ackwise.spi import Delivery, Outgoing, QueueSpec
 from ackwise_conformance.helpers import eventually
 
 LEASE = 1.0

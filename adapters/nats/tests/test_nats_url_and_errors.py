@@ -97,7 +97,7 @@ def test_tls_url_refuses_a_server_without_tls(nats_url: str) -> None:
 
 
 def test_publish_to_an_undeclared_queue_is_queue_not_found(nats_url: str) -> None:
-    from ackwise import Outgoing
+    from ackwise.spi import Outgoing
 
     adapter = open_adapter(nats_url)
     adapter.open()

@@ -12,8 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from ackwise import Outgoing, QueueSpec, open_adapter
+from ackwise import open_adapter
 from ackwise.errors import BrokerUnavailable, InvalidBrokerURL, PermanentAdapterError
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise_postgresql import PostgreSQLAdapter
 from ackwise_postgresql._link import Link
 

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from ackwise import App, QueueSpec, open_adapter
+from ackwise import App, open_adapter
+from ackwise.spi import QueueSpec
 from ackwise_conformance.brokers import BrokerHandle
 
 

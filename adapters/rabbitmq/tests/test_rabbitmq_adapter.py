@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from ackwise import App, Outgoing, QueueSpec, open_adapter
+from ackwise import App, open_adapter
 from ackwise.errors import PermanentAdapterError, QueueNotFound, StaleReceipt, TransientAdapterError
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise.testing import InProcessWorker, run_worker
 from ackwise_conformance.brokers import (
     BrokerHandle,

@@ -20,7 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ackwise import App, QueueSpec, open_adapter
+from ackwise import App, open_adapter
+from ackwise.spi import QueueSpec
 from ackwise.testing import run_worker
 from ackwise_conformance.brokers import BrokerHandle
 from ackwise_conformance.corruption import drain_among_corrupt
@@ -231,7 +232,7 @@ def test_dead_letter_listing_survives_dead_letters_ackwise_did_not_write(
 
 def test_a_redelivery_counted_by_rabbitmq_is_no_corrupt_record(rabbitmq_url: str) -> None:
     # RabbitMQ writes x-delivery-count as an AMQP long, which pika reads as a subclass of int.
-    from ackwise import Outgoing
+    from ackwise.spi import Outgoing
 
     adapter = open_adapter(rabbitmq_url)
     adapter.open()
@@ -255,7 +256,7 @@ def test_an_annotated_dead_letter_over_the_size_limit_keeps_the_delivered_body(
     # broker closes the publishing channel, the delivery stays unsettled until the connection
     # goes, and every redelivery ends the same way.  (The limit is lowered for the test.)
     import ackwise_rabbitmq._messages as module  # where the dead letter's body is chosen
-    from ackwise import Outgoing
+    from ackwise.spi import Outgoing
 
     monkeypatch.setattr(module, "MAX_MESSAGE_SIZE", 1000)
     adapter = open_adapter(rabbitmq_url)

@@ -8,8 +8,9 @@ import uuid
 
 import pytest
 
-from ackwise import Outgoing, QueueSpec, open_adapter
+from ackwise import open_adapter
 from ackwise.errors import QueueNotFound
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise_rabbitmq import RabbitMQAdapter
 
 

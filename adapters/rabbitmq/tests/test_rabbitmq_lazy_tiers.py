@@ -21,8 +21,9 @@ import pika
 import pika.exceptions as px
 import pytest
 
-from ackwise import App, Delivery, Outgoing, QueueSpec, open_adapter
+from ackwise import App, open_adapter
 from ackwise.errors import QueueNotFound
+from ackwise.spi import Delivery, Outgoing, QueueSpec
 from ackwise.testing import run_worker
 from ackwise_conformance.brokers import BrokerHandle
 from ackwise_conformance.harness import with_options
@@ -218,7 +219,8 @@ def test_a_delay_published_by_another_process_declares_its_tiers_there(
     queue = _queue()
     script = (
         "import sys\n"
-        "from ackwise import Outgoing, open_adapter\n"
+        "from ackwise import open_adapter\n"
+        "from ackwise.spi import Outgoing\n"
         "a = open_adapter(sys.argv[1]); a.open()\n"
         "a.publish(sys.argv[2], [Outgoing('elsewhere', b'x', delay=0.5)])\n"
         "a.close()\n"

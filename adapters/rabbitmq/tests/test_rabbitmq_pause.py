@@ -20,7 +20,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ackwise import BrokerURL, Outgoing, QueueSpec
+from ackwise import BrokerURL
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise_conformance.brokers import BrokerHandle
 from ackwise_conformance.harness import with_options
 from ackwise_conformance.helpers import eventually

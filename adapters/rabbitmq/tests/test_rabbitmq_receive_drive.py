@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 from pika import BlockingConnection
 
-from ackwise import Delivery, Outgoing, QueueSpec, open_adapter
+from ackwise import open_adapter
 from ackwise.errors import StaleReceipt, TransientAdapterError
+from ackwise.spi import Delivery, Outgoing, QueueSpec
 from ackwise_conformance.brokers import BrokerHandle
 from ackwise_conformance.harness import with_options
 from ackwise_conformance.helpers import eventually

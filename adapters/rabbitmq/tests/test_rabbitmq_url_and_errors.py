@@ -12,7 +12,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pika.exceptions as px
 import pytest
 
-from ackwise import BrokerURL, QueueSpec, errors, open_adapter
+from ackwise import BrokerURL, errors, open_adapter
+from ackwise.spi import QueueSpec
 from ackwise_conformance.brokers import BrokerHandle, free_port
 from ackwise_rabbitmq import (
     ERROR_MAP,

@@ -316,8 +316,9 @@ def publish_through_failover(
     """Producer threads publish one message per call on ``deployment`` (URL options ``query``)
     for ``publish_for`` seconds, then the master is SIGKILLed; once the sentinels promoted a
     replica, the new master's queue ``q`` is read out."""
-    from ackwise import Outgoing, QueueSpec, open_adapter
+    from ackwise import open_adapter
     from ackwise.errors import AdapterError
+    from ackwise.spi import Outgoing, QueueSpec
 
     url = deployment.url(query)
     setup = open_adapter(url)

@@ -15,8 +15,9 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from ackwise import Adapter, App, Delivery, Outgoing, QueueSpec, open_adapter
+from ackwise import Adapter, App, open_adapter
 from ackwise.errors import PermanentAdapterError, StaleReceipt, TransientAdapterError
+from ackwise.spi import Delivery, Outgoing, QueueSpec
 from ackwise.testing import run_worker
 from ackwise_conformance.brokers import BrokerHandle
 from ackwise_conformance.helpers import eventually

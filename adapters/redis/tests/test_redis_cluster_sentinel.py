@@ -13,8 +13,9 @@ import pytest
 from redis.crc import key_slot
 from redis_topologies import LocalCluster, LocalSentinels, Node
 
-from ackwise import Adapter, BrokerURL, Outgoing, QueueSpec, open_adapter
+from ackwise import Adapter, BrokerURL, open_adapter
 from ackwise.errors import BrokerUnavailable, InvalidBrokerURL, TransientAdapterError
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise_conformance import AdapterConformance
 from ackwise_conformance.brokers import free_port
 from ackwise_redis import parse_redis_url

@@ -22,7 +22,8 @@ import redis
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ackwise import App, Outgoing, QueueSpec, open_adapter
+from ackwise import App, open_adapter
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise.testing import InProcessWorker, run_worker
 from ackwise_conformance.corruption import drain_among_corrupt
 from ackwise_redis import _adapter as redis_adapter

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ackwise import Outgoing, QueueSpec, open_adapter
+from ackwise import open_adapter
 from ackwise.errors import AdapterError, BrokerUnavailable
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise_conformance.brokers import free_port, missing_broker
 from ackwise_conformance.helpers import eventually
 

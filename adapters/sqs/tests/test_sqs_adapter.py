@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from ackwise import Adapter, App, Outgoing, QueueSpec, open_adapter
+from ackwise import Adapter, App, open_adapter
 from ackwise.errors import MessageTooLarge, PublishError, StaleReceipt
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise.testing import run_worker
 from ackwise_conformance.brokers import BrokerHandle
 from ackwise_conformance.helpers import eventually

@@ -21,7 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ackwise import BrokerURL, Outgoing, QueueSpec, open_adapter
+from ackwise import BrokerURL, open_adapter
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise_conformance.corruption import REASONS, drain_among_corrupt
 from ackwise_sqs import MAX_DELAY, SQSAdapter, sqs_queue_name
 from ackwise_sqs._url import parse_sqs_url

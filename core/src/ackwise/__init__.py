@@ -2,7 +2,8 @@
 
 # The names below are imported when first used (PEP 562): ``import ackwise`` stays cheap (not
 # even ``typing``), so the ``ackwise`` command takes SIGTERM and SIGINT before anything heavy
-# is imported (ackwise.cli._startup); a type checker sees them imported here.
+# is imported (ackwise.cli._startup); a type checker sees them imported here.  The names
+# imported ``as`` themselves are deprecated here (``_MOVED_TO_SPI``): ackwise.spi has them.
 from __future__ import annotations
 
 TYPE_CHECKING = False
@@ -37,15 +38,15 @@ if TYPE_CHECKING:
         BrokerURL,
         Capabilities,
         DeadLetter,
-        Delivery,
-        Execute,
         LeaseExtension,
-        Outgoing,
-        QueueSpec,
         QueueStats,
-        fork_generation,
         redact_url,
     )
+    from ackwise.contract._spi import Delivery as Delivery
+    from ackwise.contract._spi import Execute as Execute
+    from ackwise.contract._spi import Outgoing as Outgoing
+    from ackwise.contract._spi import QueueSpec as QueueSpec
+    from ackwise.contract._spi import fork_generation as fork_generation
     from ackwise.plugins._hookspecs import hookimpl
     from ackwise.plugins._manager import (
         Plugins,
@@ -57,7 +58,8 @@ if TYPE_CHECKING:
         open_worker_registry,
     )
     from ackwise.plugins._manager import open_store as open_idempotency_store
-    from ackwise.plugins._registries import AdapterRegistry, LockRegistry
+    from ackwise.plugins._registries import AdapterRegistry as AdapterRegistry
+    from ackwise.plugins._registries import LockRegistry as LockRegistry
     from ackwise.stores._idempotency import ClaimResult, IdempotencyStore, KeyState
     from ackwise.stores._locks import Claim, LeaderLock, Leadership, LockInfo
     from ackwise.stores._presence import WorkerInfo, WorkerRegistry
@@ -73,7 +75,6 @@ __all__ = [
     "Ack",
     "AckMessage",
     "Adapter",
-    "AdapterRegistry",
     "App",
     "Attempt",
     "AttemptCount",
@@ -88,9 +89,7 @@ __all__ = [
     "Cron",
     "DeadLetter",
     "DeadLetterMessage",
-    "Delivery",
     "Envelope",
-    "Execute",
     "Group",
     "GroupHandle",
     "Hold",
@@ -101,14 +100,11 @@ __all__ = [
     "Leadership",
     "LeaseExtension",
     "LockInfo",
-    "LockRegistry",
     "LostMessage",
     "NackMessage",
     "Outcome",
-    "Outgoing",
     "Periodic",
     "Plugins",
-    "QueueSpec",
     "QueueStats",
     "RateLimiter",
     "ResultState",
@@ -131,7 +127,6 @@ __all__ = [
     "chain",
     "chord",
     "decode_envelope",
-    "fork_generation",
     "get_plugins",
     "group",
     "hookimpl",
@@ -226,6 +221,15 @@ _LAZY: dict[str, tuple[str, str]] = {
 }
 
 
+#: Names of the adapter SPI that ``ackwise`` used to export: :mod:`ackwise.spi` has them now.
+#: They still work for the deprecation period, with a ``DeprecationWarning`` naming the new
+#: import; ``__all__`` no longer lists them (docs/adapter-authors.md has the table).
+_MOVED_TO_SPI = frozenset(
+    {"AdapterRegistry", "Delivery", "Execute", "LockRegistry", "Outgoing", "QueueSpec"}
+    | {"fork_generation"}
+)
+
+
 def __getattr__(name: str) -> Any:
     """Import a public name the first time it is asked for."""
     try:
@@ -235,7 +239,22 @@ def __getattr__(name: str) -> Any:
     from importlib import import_module
 
     value = getattr(import_module(module), attribute)
-    globals()[name] = value  # the next access does not come here
+    if name not in _MOVED_TO_SPI:
+        globals()[name] = value  # the next access does not come here
+    else:
+        import sys
+
+        # `from ackwise import X` asks twice: importlib's hasattr first, then the importing
+        # line; the warning goes to that line, once.
+        if sys._getframe(1).f_globals.get("__name__") != "importlib._bootstrap":
+            import warnings
+
+            warnings.warn(
+                f"ackwise.{name} is deprecated: import it from ackwise.spi (the old name stays "
+                "for at least two more minor releases and six months)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
     return value
 
 

@@ -29,8 +29,7 @@ Every error ackwise raises on purpose is an :class:`AckwiseError`::
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -41,7 +40,6 @@ __all__ = [
     "ConfigurationError",
     "DecodeError",
     "EnvelopeError",
-    "ErrorTable",
     "InvalidBrokerURL",
     "InvalidSchedule",
     "MessageTooLarge",
@@ -57,9 +55,6 @@ __all__ = [
     "UnknownEnvelopeVersion",
     "UnknownTask",
     "UnsupportedCapability",
-    "from_table",
-    "mapping_errors",
-    "redact",
 ]
 
 
@@ -205,7 +200,7 @@ class StaleReceipt(AdapterError):
     """
 
     def __init__(self, deliveries: Sequence[Any], operation: str = "settle") -> None:
-        #: The stale deliveries (:class:`ackwise.Delivery`), as the adapter was given them.
+        #: The stale deliveries (:class:`ackwise.spi.Delivery`), as the adapter was given them.
         self.deliveries: tuple[Any, ...] = tuple(deliveries)
         self.operation = operation
         ids = ", ".join(d.message_id for d in self.deliveries[:5])
@@ -228,45 +223,25 @@ class UnsupportedCapability(AdapterError):
         super().__init__(message)
 
 
-# -- for adapter authors: mapping a driver's exceptions, in one place ---------------------------
-#: A driver exception class -> (the ackwise class to raise, what it means, for the message).
-ErrorTable = Mapping[type[BaseException], tuple[type[AdapterError], str]]
-"""An adapter's driver exceptions mapped to ackwise's error class and a hint (:func:`from_table`)."""
+# -- the adapter SPI's error mapping, served here for the deprecation period -------------------
+#: Names ``ackwise.errors`` used to export that belong to the adapter SPI (``ackwise.spi``):
+#: they still work, with a ``DeprecationWarning`` naming the new import.
+_MOVED_TO_SPI = frozenset({"ErrorTable", "from_table", "mapping_errors", "redact"})
 
 
-def redact(text: str, secret: str | None) -> str:
-    """``text`` with ``secret`` (a password a driver might echo) blanked out."""
-    return text.replace(secret, "***") if secret else text
+def __getattr__(name: str) -> Any:
+    """Serve a name that moved to :mod:`ackwise.spi`, warning that it did."""
+    if name not in _MOVED_TO_SPI:
+        raise AttributeError(f"module 'ackwise.errors' has no attribute {name!r}")
+    import warnings
+    from importlib import import_module
 
-
-def from_table(exc: BaseException, table: ErrorTable, where: str, detail: str) -> AdapterError:
-    """The error ``table`` gives for ``exc``'s class or its nearest listed base class.
-
-    The message reads ``"{where}: {meaning}: {detail} ({driver class})"``; an exception no
-    class of which is listed is a :class:`PermanentAdapterError`.  Not raised.
-    """
-    for cls in type(exc).__mro__:
-        entry = table.get(cls)
-        if entry is not None:
-            target, meaning = entry
-            return target(f"{where}: {meaning}: {detail} ({type(exc).__name__})")
-    return PermanentAdapterError(f"{where}: {type(exc).__name__}: {detail}")
-
-
-@contextlib.contextmanager
-def mapping_errors(
-    translate: Callable[[BaseException, str, str | None], AdapterError],
-    caught: tuple[type[BaseException], ...],
-    where: str,
-    secret: str | None = None,
-) -> Iterator[None]:
-    """Re-raise every ``caught`` (and socket) error as ``translate(exc, where, secret)``.
-
-    Always ``from`` the driver's exception, so the cause stays in the traceback.  An adapter's
-    ``map_<driver>_errors()`` is this with its own table and translation.
-    """
-    handled: tuple[type[BaseException], ...] = (*caught, OSError)
-    try:
-        yield
-    except handled as exc:
-        raise translate(exc, where, secret) from exc
+    warnings.warn(
+        f"ackwise.errors.{name} is deprecated: import it from ackwise.spi (the old name stays "
+        "for at least two more minor releases and six months)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    # Looked up by name: this module is core's lowest layer and imports no other part of
+    # ackwise (the layers of pyproject.toml); the lookup goes with the deprecated names.
+    return getattr(import_module("ackwise.spi"), name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ackwise import AttemptCount, BrokerURL, Capabilities, LeaseExtension, QueueSpec
+from ackwise.spi import AttemptCount, BrokerURL, Capabilities, LeaseExtension, QueueSpec
 from ackwise_nats._browse import Browsing
 from ackwise_nats._client import Client
 from ackwise_nats._errors import JetStreamError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from ackwise import Adapter, BrokerURL, fork_generation
+from ackwise.spi import Adapter, BrokerURL, fork_generation
 from ackwise_nats._client import Client
 from ackwise_nats._errors import map_nats_errors
 from ackwise_nats._names import QueueNames

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ackwise import DeadLetter, QueueStats
+from ackwise.spi import DeadLetter, QueueStats
 from ackwise_nats._base import H_ATTEMPT, H_DEAD_AT, H_ID, H_REASON, NatsBase
 from ackwise_nats._client import Client, StoredMsg
 from ackwise_nats._errors import JetStreamError

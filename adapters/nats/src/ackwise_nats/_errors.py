@@ -27,14 +27,11 @@ from ackwise.errors import (
     AdapterError,
     AuthenticationFailed,
     BrokerUnavailable,
-    ErrorTable,
     PermanentAdapterError,
     QueueNotFound,
     TransientAdapterError,
-    from_table,
-    mapping_errors,
-    redact,
 )
+from ackwise.spi import ErrorTable, from_table, mapping_errors, redact
 
 __all__ = ["ERROR_MAP", "JetStreamError", "map_nats_errors", "translate_nats_error"]
 

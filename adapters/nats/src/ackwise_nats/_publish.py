@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ackwise import Outgoing
+from ackwise.spi import Outgoing
 from ackwise_nats._base import H_ATTEMPT, H_DEAD_AT, H_ID, H_NOT_BEFORE, H_REASON, NatsBase
 from ackwise_nats._client import Client
 

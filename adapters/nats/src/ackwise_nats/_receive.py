@@ -31,8 +31,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ackwise import Delivery
 from ackwise.errors import QueueNotFound, TransientAdapterError
+from ackwise.spi import Delivery
 from ackwise_nats._base import H_ATTEMPTS, H_ID, H_NOT_BEFORE, NatsBase
 from ackwise_nats._client import Client, Pulled
 from ackwise_nats._errors import JetStreamError

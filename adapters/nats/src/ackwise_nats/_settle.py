@@ -17,8 +17,8 @@ import asyncio
 import time
 from collections.abc import Iterable, Sequence
 
-from ackwise import Delivery
 from ackwise.errors import PermanentAdapterError, StaleReceipt
+from ackwise.spi import Delivery
 from ackwise_nats._base import H_ATTEMPT, H_ATTEMPTS, H_DEAD_AT, H_ID, H_NOT_BEFORE, H_REASON
 from ackwise_nats._client import Client
 from ackwise_nats._publish import Publishing

@@ -29,8 +29,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ackwise import BrokerURL
 from ackwise.errors import InvalidBrokerURL
+from ackwise.spi import BrokerURL
 
 __all__ = ["NatsSettings", "parse_nats_url"]
 

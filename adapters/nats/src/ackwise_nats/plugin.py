@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ackwise import AdapterRegistry, hookimpl
+from ackwise.spi import AdapterRegistry, hookimpl
 
 _ADAPTER = "ackwise_nats._adapter:NatsAdapter"
 # As ackwise_nats._url.SCHEMES (not imported: this module imports no driver).

@@ -28,7 +28,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ackwise import (
+from ackwise.errors import InvalidBrokerURL, MessageTooLarge, StaleReceipt
+from ackwise.spi import (
     Adapter,
     BrokerURL,
     Capabilities,
@@ -39,7 +40,6 @@ from ackwise import (
     QueueSpec,
     QueueStats,
 )
-from ackwise.errors import InvalidBrokerURL, MessageTooLarge, StaleReceipt
 from ackwise_postgresql import _sql
 from ackwise_postgresql._link import Link, channel
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ackwise import BrokerURL, ClaimResult, IdempotencyStore, KeyState
+from ackwise.spi import BrokerURL, ClaimResult, IdempotencyStore, KeyState
 from ackwise_postgresql._link import StoreLink
 
 __all__ = ["PostgresIdempotencyStore"]

@@ -18,18 +18,14 @@ from typing import Any
 import psycopg
 import psycopg.errors as pe
 
-from ackwise import BrokerURL
 from ackwise.errors import (
     AdapterError,
     AuthenticationFailed,
     BrokerUnavailable,
-    ErrorTable,
     PermanentAdapterError,
     TransientAdapterError,
-    from_table,
-    mapping_errors,
-    redact,
 )
+from ackwise.spi import BrokerURL, ErrorTable, from_table, mapping_errors, redact
 from ackwise_postgresql import _sql
 
 #: The nearest listed base class wins; anything unlisted is permanent.

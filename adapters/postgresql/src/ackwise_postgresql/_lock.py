@@ -38,14 +38,13 @@ from typing import Any
 
 import psycopg
 
-from ackwise import BrokerURL, Claim, LeaderLock, LockInfo
 from ackwise.errors import (
     AdapterError,
     BrokerUnavailable,
     InvalidBrokerURL,
     TransientAdapterError,
-    from_table,
 )
+from ackwise.spi import BrokerURL, Claim, LeaderLock, LockInfo, from_table
 from ackwise_postgresql._link import ERRORS, detail
 from ackwise_postgresql._sql import SCHEMA_LOCK
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ackwise import BrokerURL, WorkerInfo, WorkerRegistry
+from ackwise.spi import BrokerURL, WorkerInfo, WorkerRegistry
 from ackwise_postgresql._link import StoreLink
 
 __all__ = ["PostgresWorkerRegistry"]

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ackwise import BrokerURL, ResultStore, TaskResult
+from ackwise.spi import BrokerURL, ResultStore, TaskResult
 from ackwise_postgresql._link import StoreLink
 
 __all__ = ["PostgresResultStore"]

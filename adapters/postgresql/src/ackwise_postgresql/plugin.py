@@ -9,7 +9,7 @@ database by default; any app may point a store at a PostgreSQL database
 
 from __future__ import annotations
 
-from ackwise import AdapterRegistry, LockRegistry, hookimpl
+from ackwise.spi import AdapterRegistry, LockRegistry, hookimpl
 
 _ADAPTER = "ackwise_postgresql._adapter:PostgreSQLAdapter"
 _LOCK = "ackwise_postgresql._lock:PostgresLeaderLock"

@@ -93,7 +93,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ackwise import AttemptCount, BrokerURL, Capabilities, LeaseExtension
+from ackwise.spi import AttemptCount, BrokerURL, Capabilities, LeaseExtension
 from ackwise_rabbitmq._browse import _Browsing
 from ackwise_rabbitmq._consume import Receipt, _Consuming
 from ackwise_rabbitmq._io import _IOThread

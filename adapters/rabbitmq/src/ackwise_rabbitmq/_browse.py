@@ -19,8 +19,8 @@ from typing import Any
 import pika.exceptions as px
 from pika.adapters.blocking_connection import BlockingChannel
 
-from ackwise import DeadLetter, QueueStats
 from ackwise.errors import QueueNotFound, UnsupportedCapability
+from ackwise.spi import DeadLetter, QueueStats
 from ackwise_rabbitmq._consume import _Consuming
 from ackwise_rabbitmq._messages import _dead_letter_of, _priority
 from ackwise_rabbitmq._topology import DELAY_TIERS

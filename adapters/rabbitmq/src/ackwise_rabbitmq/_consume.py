@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ackwise import BrokerURL, Delivery, Outgoing
 from ackwise.errors import (
     PermanentAdapterError,
     StaleReceipt,
     TransientAdapterError,
     UnsupportedCapability,
 )
+from ackwise.spi import BrokerURL, Delivery, Outgoing
 from ackwise_rabbitmq import _pika_private
 from ackwise_rabbitmq._io import _ConnectionLost
 from ackwise_rabbitmq._messages import (

@@ -31,14 +31,11 @@ from ackwise.errors import (
     AdapterError,
     AuthenticationFailed,
     BrokerUnavailable,
-    ErrorTable,
     PermanentAdapterError,
     QueueNotFound,
     TransientAdapterError,
-    from_table,
-    mapping_errors,
-    redact,
 )
+from ackwise.spi import ErrorTable, from_table, mapping_errors, redact
 
 __all__ = ["ERROR_MAP", "map_pika_errors", "translate_pika_error"]
 

@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 import pika.exceptions as px
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from ackwise import Adapter, BrokerURL
 from ackwise.errors import AdapterError, BrokerUnavailable, TransientAdapterError
+from ackwise.spi import Adapter, BrokerURL
 from ackwise_rabbitmq import _pika_private
 from ackwise_rabbitmq._calls import Publish, _Call
 from ackwise_rabbitmq._errors import map_pika_errors, translate_pika_error

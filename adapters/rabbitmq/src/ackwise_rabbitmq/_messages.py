@@ -17,7 +17,7 @@ import pika.exceptions as px
 import pika.frame
 import pika.spec
 
-from ackwise import MAX_PRIORITY, DeadLetter, Delivery
+from ackwise.spi import MAX_PRIORITY, DeadLetter, Delivery
 
 # The adapter's one logger, named as before it was split into modules.
 log = logging.getLogger("ackwise_rabbitmq._adapter")

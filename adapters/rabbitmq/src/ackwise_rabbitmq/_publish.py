@@ -28,13 +28,13 @@ import pika.spec
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ShortStringTooLong
 
-from ackwise import BrokerURL, Outgoing
 from ackwise.errors import (
     MessageTooLarge,
     PermanentAdapterError,
     QueueNotFound,
     TransientAdapterError,
 )
+from ackwise.spi import BrokerURL, Outgoing
 from ackwise_rabbitmq import _pika_private
 from ackwise_rabbitmq._calls import Publish, _Call
 from ackwise_rabbitmq._frames import Properties, publish_frames

@@ -12,8 +12,8 @@ from typing import Any
 
 import pika.exceptions as px
 
-from ackwise import MAX_PRIORITY, BrokerURL, QueueSpec
 from ackwise.errors import PermanentAdapterError, QueueNotFound
+from ackwise.spi import MAX_PRIORITY, BrokerURL, QueueSpec
 from ackwise_rabbitmq._io import _IOThread
 
 #: Delay tiers: tier k holds a message 2**k milliseconds.

@@ -50,8 +50,8 @@ from urllib.parse import quote
 
 import pika
 
-from ackwise import BrokerURL
 from ackwise.errors import InvalidBrokerURL
+from ackwise.spi import BrokerURL
 
 __all__ = ["RabbitMQSettings", "parse_rabbitmq_url"]
 

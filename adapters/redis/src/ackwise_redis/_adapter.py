@@ -68,14 +68,8 @@ from typing import Any
 
 import redis.exceptions as rx
 
-from ackwise import (
-    BrokerURL,
-    Capabilities,
-    Delivery,
-    Outgoing,
-    QueueSpec,
-)
 from ackwise.errors import AdapterError, MessageTooLarge, StaleReceipt, TransientAdapterError
+from ackwise.spi import BrokerURL, Capabilities, Delivery, Outgoing, QueueSpec
 from ackwise_redis._browse import _DEAD_LETTERS as _DEAD_LETTERS
 from ackwise_redis._browse import _DELETE_DEAD as _DELETE_DEAD
 from ackwise_redis._browse import _PURGE as _PURGE

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ackwise import DeadLetter, QueueStats
+from ackwise.spi import DeadLetter, QueueStats
 from ackwise_redis._connection import load_script
 from ackwise_redis._keys import _QueueKeys
 from ackwise_redis._records import _dead_letter_of, _seq_time

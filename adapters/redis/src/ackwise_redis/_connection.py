@@ -35,7 +35,7 @@ from redis.crc import key_slot
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from ackwise import fork_generation
+from ackwise.spi import fork_generation
 from ackwise_redis._errors import map_redis_errors
 from ackwise_redis._url import RedisSettings
 

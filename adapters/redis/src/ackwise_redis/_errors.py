@@ -28,13 +28,10 @@ from ackwise.errors import (
     AdapterError,
     AuthenticationFailed,
     BrokerUnavailable,
-    ErrorTable,
     PermanentAdapterError,
     TransientAdapterError,
-    from_table,
-    mapping_errors,
-    redact,
 )
+from ackwise.spi import ErrorTable, from_table, mapping_errors, redact
 
 __all__ = ["ERROR_MAP", "map_redis_errors", "translate_redis_error"]
 

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ackwise import ClaimResult, IdempotencyStore, KeyState
+from ackwise.spi import ClaimResult, IdempotencyStore, KeyState
 from ackwise_redis._connection import Script, load_script
 from ackwise_redis._store import RedisStoreBase
 

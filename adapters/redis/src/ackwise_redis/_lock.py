@@ -27,8 +27,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ackwise import BrokerURL, Claim, LeaderLock, LockInfo
 from ackwise.errors import ConfigurationError
+from ackwise.spi import BrokerURL, Claim, LeaderLock, LockInfo
 from ackwise_redis._connection import Link, Script, load_script
 from ackwise_redis._url import RedisSettings, parse_redis_url
 

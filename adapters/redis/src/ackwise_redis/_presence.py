@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ackwise import WorkerInfo, WorkerRegistry
+from ackwise.spi import WorkerInfo, WorkerRegistry
 from ackwise_redis._store import RedisStoreBase
 
 __all__ = ["RedisWorkerRegistry"]

@@ -8,7 +8,7 @@ executor begins the task.  Both expire once they no longer hold anything back.
 
 from __future__ import annotations
 
-from ackwise import RateLimiter
+from ackwise.spi import RateLimiter
 from ackwise_redis._connection import load_script
 from ackwise_redis._store import RedisStoreBase
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ackwise import DeadLetter, Delivery, Outgoing
+from ackwise.spi import DeadLetter, Delivery, Outgoing
 
 
 def _pack(m: Outgoing) -> bytes:

@@ -12,7 +12,7 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 
-from ackwise import ResultStore, TaskResult
+from ackwise.spi import ResultStore, TaskResult
 from ackwise_redis._connection import load_script
 from ackwise_redis._store import RedisStoreBase
 

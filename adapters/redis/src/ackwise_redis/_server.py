@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis.exceptions as rx
 
-from ackwise import Adapter, BrokerURL
 from ackwise.errors import PermanentAdapterError
+from ackwise.spi import Adapter, BrokerURL
 from ackwise_redis._connection import Link, Script
 from ackwise_redis._url import RedisSettings, parse_redis_url
 

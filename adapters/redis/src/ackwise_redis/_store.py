@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ackwise import BrokerURL
+from ackwise.spi import BrokerURL
 from ackwise_redis._connection import Link
 from ackwise_redis._url import PREFIX_FORM, RedisSettings, parse_redis_url
 

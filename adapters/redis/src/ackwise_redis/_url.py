@@ -48,8 +48,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ackwise import BrokerURL
 from ackwise.errors import InvalidBrokerURL
+from ackwise.spi import BrokerURL
 
 __all__ = ["RedisSettings", "parse_redis_url"]
 

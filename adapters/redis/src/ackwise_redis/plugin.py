@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ackwise import AdapterRegistry, LockRegistry, hookimpl
+from ackwise.spi import AdapterRegistry, LockRegistry, hookimpl
 
 _ADAPTER = "ackwise_redis._adapter:RedisAdapter"
 _LOCK = "ackwise_redis._lock:RedisLeaderLock"

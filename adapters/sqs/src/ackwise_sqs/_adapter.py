@@ -53,7 +53,7 @@ holds SQS's limits.
 
 from __future__ import annotations
 
-from ackwise import AttemptCount, Capabilities, LeaseExtension
+from ackwise.spi import AttemptCount, Capabilities, LeaseExtension
 from ackwise_sqs._browse import _Browsing
 from ackwise_sqs._client import _Client
 from ackwise_sqs._limits import _BATCH, MAX_DELAY, MAX_MESSAGE_SIZE, MAX_VISIBILITY

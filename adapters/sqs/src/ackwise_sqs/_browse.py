@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ackwise import DeadLetter, Outgoing, QueueStats
+from ackwise.spi import DeadLetter, Outgoing, QueueStats
 from ackwise_sqs._client import _slices
 from ackwise_sqs._limits import _BATCH
 from ackwise_sqs._messages import (

@@ -18,7 +18,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from ackwise import Adapter, BrokerURL, fork_generation
+from ackwise.spi import Adapter, BrokerURL, fork_generation
 from ackwise_sqs._errors import map_botocore_errors
 from ackwise_sqs._url import SQSSettings, parse_sqs_url
 

@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ackwise import Outgoing
 from ackwise.errors import MessageTooLarge, PermanentAdapterError, TransientAdapterError
+from ackwise.spi import Outgoing
 from ackwise_sqs._limits import _BATCH
 from ackwise_sqs._messages import _DUE, _ID, _dead_attrs, _encode_body, _headers, _size, _string
 from ackwise_sqs._topology import _Queue, _Topology

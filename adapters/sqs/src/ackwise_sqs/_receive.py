@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ackwise import Delivery
 from ackwise.errors import AdapterError, PermanentAdapterError
+from ackwise.spi import Delivery
 from ackwise_sqs._client import _slices
 from ackwise_sqs._limits import _BATCH, MAX_VISIBILITY
 from ackwise_sqs._messages import _Malformed, _message_id, _number, _raw, _unframe

@@ -14,7 +14,6 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ackwise import Delivery, Outgoing
 from ackwise.errors import (
     AdapterError,
     MessageTooLarge,
@@ -22,6 +21,7 @@ from ackwise.errors import (
     StaleReceipt,
     TransientAdapterError,
 )
+from ackwise.spi import Delivery, Outgoing
 from ackwise_sqs._client import _slices, _snake
 from ackwise_sqs._errors import VisibilityCapReached, error_code
 from ackwise_sqs._limits import _BATCH, MAX_VISIBILITY

@@ -14,8 +14,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ackwise import BrokerURL, QueueSpec
 from ackwise.errors import PermanentAdapterError, PublishError, QueueNotFound
+from ackwise.spi import BrokerURL, QueueSpec
 from ackwise_sqs._client import _Client
 from ackwise_sqs._errors import error_code
 

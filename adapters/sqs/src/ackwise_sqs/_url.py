@@ -35,8 +35,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ackwise import BrokerURL
 from ackwise.errors import InvalidBrokerURL
+from ackwise.spi import BrokerURL
 
 __all__ = ["MAX_DELAY_SECONDS", "SQSSettings", "parse_sqs_url"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ackwise import AdapterRegistry, hookimpl
+from ackwise.spi import AdapterRegistry, hookimpl
 
 _ADAPTER = "ackwise_sqs._adapter:SQSAdapter"
 

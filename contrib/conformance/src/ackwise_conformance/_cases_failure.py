@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from ackwise import Outgoing
+from ackwise.spi import Outgoing
 from ackwise_conformance._case_helpers import is_early
 from ackwise_conformance.harness import (
     Harness,

@@ -12,13 +12,13 @@ from ackwise import (
     BrokerURL,
     LeaderLock,
     LockInfo,
-    QueueSpec,
     QueueStats,
     decode_envelope,
     get_plugins,
     open_lock,
 )
 from ackwise.errors import UnknownBrokerScheme
+from ackwise.spi import QueueSpec
 from ackwise_conformance.processes import BeatHandle, Fire
 from ackwise_conformance.verdicts import NotApplicable
 

@@ -12,17 +12,9 @@ from typing import ClassVar
 
 import pytest
 
-from ackwise import (
-    Adapter,
-    AttemptCount,
-    Capabilities,
-    Delivery,
-    LeaseExtension,
-    Outgoing,
-    QueueSpec,
-    QueueStats,
-)
+from ackwise import Adapter, AttemptCount, Capabilities, LeaseExtension, QueueStats
 from ackwise.errors import AdapterError, StaleReceipt
+from ackwise.spi import Delivery, Outgoing, QueueSpec
 from ackwise_conformance._held_lock import held_lock_reason
 from ackwise_conformance.helpers import eventually
 

@@ -7,13 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from ackwise import (
-    Adapter,
-    Capabilities,
-    Outgoing,
-    QueueSpec,
-)
+from ackwise import Adapter, Capabilities
 from ackwise.errors import StaleReceipt, UnsupportedCapability
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise_conformance._spi_base import AdapterFactory, SPIBase, _ids
 
 __all__ = ["DeliveryChecks"]

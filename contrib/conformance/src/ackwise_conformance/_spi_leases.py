@@ -6,11 +6,8 @@ import time
 
 import pytest
 
-from ackwise import (
-    Adapter,
-    LeaseExtension,
-    Outgoing,
-)
+from ackwise import Adapter, LeaseExtension
+from ackwise.spi import Outgoing
 from ackwise_conformance._spi_base import AdapterFactory, SPIBase, _ids
 
 __all__ = ["LeaseChecks"]

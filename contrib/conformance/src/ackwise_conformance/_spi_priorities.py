@@ -17,8 +17,9 @@ from collections.abc import Callable
 
 import pytest
 
-from ackwise import Adapter, Outgoing
+from ackwise import Adapter
 from ackwise.errors import UnsupportedCapability
+from ackwise.spi import Outgoing
 from ackwise_conformance._spi_base import SPIBase, _ids
 
 __all__ = ["PriorityChecks"]

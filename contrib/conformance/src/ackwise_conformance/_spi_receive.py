@@ -8,13 +8,9 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from ackwise import (
-    Adapter,
-    Delivery,
-    LeaseExtension,
-    Outgoing,
-)
+from ackwise import Adapter, LeaseExtension
 from ackwise.errors import UnsupportedCapability
+from ackwise.spi import Delivery, Outgoing
 from ackwise_conformance._spi_base import SPIBase, _ids
 
 __all__ = ["ReceiveChecks"]

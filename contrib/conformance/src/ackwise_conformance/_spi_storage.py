@@ -6,12 +6,9 @@ import time
 
 import pytest
 
-from ackwise import (
-    Adapter,
-    Outgoing,
-    QueueSpec,
-)
+from ackwise import Adapter
 from ackwise.errors import UnsupportedCapability
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise_conformance._spi_base import SPIBase
 from ackwise_conformance.helpers import eventually
 

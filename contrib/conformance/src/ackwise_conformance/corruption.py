@@ -29,8 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ackwise import Ack, App, DeadLetter, QueueSpec, open_adapter
+from ackwise import Ack, App, DeadLetter, open_adapter
 from ackwise.errors import AdapterError
+from ackwise.spi import QueueSpec
 from ackwise.testing import InProcessWorker
 
 __all__ = ["REASONS", "CorruptionOutcome", "drain_among_corrupt"]

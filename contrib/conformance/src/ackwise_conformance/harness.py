@@ -27,7 +27,6 @@ from ackwise import (
     BrokerURL,
     DeadLetter,
     LeaderLock,
-    QueueSpec,
     QueueStats,
     chain,
     chord,
@@ -38,6 +37,7 @@ from ackwise import (
     open_worker_registry,
 )
 from ackwise.errors import AdapterError, ConfigurationError, TransientAdapterError
+from ackwise.spi import QueueSpec
 from ackwise.testing import InProcessWorker
 from ackwise_conformance._harness_beat import BeatControl
 from ackwise_conformance.broker_views import (

@@ -24,7 +24,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ackwise import AdapterRegistry, BrokerURL, ResultStore, TaskResult, get_plugins, hookimpl
+from ackwise import BrokerURL, ResultStore, TaskResult, get_plugins, hookimpl
+from ackwise.spi import AdapterRegistry
 
 __all__ = ["AFTER_CALLBACK", "PREFIX", "ackwise_register_adapters", "crashing"]
 

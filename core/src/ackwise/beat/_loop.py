@@ -107,7 +107,8 @@ class _Unsure:
     fence: int | None
 
 
-def _utcnow() -> dt.datetime:
+def utcnow() -> dt.datetime:
+    """Now, aware UTC: the wall clock a beat reads its fire times from by default."""
     return dt.datetime.now(UTC)
 
 
@@ -126,7 +127,7 @@ class Beat:
         *,
         lock: LeaderLock | None = None,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], dt.datetime] = _utcnow,
+        wall: Callable[[], dt.datetime] = utcnow,
     ) -> None:
         self.app = app
         self.config = config or BeatConfig()

@@ -8,7 +8,7 @@ from typing import Any
 
 from ackwise.app._app import App
 from ackwise.app._execution import load_app
-from ackwise.beat._loop import Beat, BeatConfig, _utcnow
+from ackwise.beat._loop import Beat, BeatConfig, utcnow
 from ackwise.cli._common import positive_float, table
 
 __all__ = ["add_parser", "cmd_beat", "format_schedules"]
@@ -22,7 +22,7 @@ def _when(t: dt.datetime, tz: dt.tzinfo) -> str:
 
 def format_schedules(app: App, *, now: dt.datetime | None = None, count: int = 3) -> str:
     """The ``ackwise beat --list`` table: every schedule with its next ``count`` fire times."""
-    now = now or _utcnow()
+    now = now or utcnow()
     rows = []
     for p in app.schedules.values():
         upcoming = p.schedule.upcoming(now, count)

@@ -43,24 +43,24 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from ackwise import (
+from ackwise.errors import (
+    AdapterError,
+    BrokerUnavailable,
+    InvalidBrokerURL,
+    PermanentAdapterError,
+    StaleReceipt,
+    TransientAdapterError,
+)
+from ackwise.spi import (
     Adapter,
     BrokerURL,
     Capabilities,
     DeadLetter,
     Delivery,
+    ErrorTable,
     Outgoing,
     QueueSpec,
     QueueStats,
-)
-from ackwise.errors import (
-    AdapterError,
-    BrokerUnavailable,
-    ErrorTable,
-    InvalidBrokerURL,
-    PermanentAdapterError,
-    StaleReceipt,
-    TransientAdapterError,
     from_table,
     mapping_errors,
     redact,
