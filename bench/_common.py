@@ -635,9 +635,9 @@ def note_tree_change(cells: Sequence[Cell], tree_start: str, head_start: str) ->
 
 def server_pid(handle: Any) -> int | None:
     """The pid of the broker process ``provide`` started (the root of its process tree), or
-    None (a container, an external broker).  Private: ``BrokerHandle`` does not expose it."""
-    proc = getattr(getattr(handle, "_server", None), "proc", None)
-    return proc.pid if proc is not None else None
+    None (a container, an external broker)."""
+    pid: int | None = handle.pid
+    return pid
 
 
 def version(dist: str) -> str:

@@ -67,10 +67,9 @@ class Broker:
         self.port: int = self.handle.port
         self.url: str = self.handle.url
         self.celery_url = f"sqs://testing:testing@127.0.0.1:{self.port}"
-        # Private: BrokerHandle (ackwise_conformance) exposes neither moto's process (its CPU is
-        # sampled) nor its request log (API calls are counted there).
-        self.pid: int = self.handle._server.proc.pid
-        self._log: Path = self.handle._server.log_path
+        # moto's process (its CPU is sampled) and its request log (API calls are counted there).
+        self.pid: int = self.handle.pid
+        self._log: Path = self.handle.log_path
         self._read = 0
         self._count = 0
         self.client = boto3.client(

@@ -83,6 +83,7 @@ def test_sqlite_is_a_file_in_the_temporary_directory(tmp_path: Path) -> None:
     handle = provide("sqlite", tmp_dir=tmp_path)
     assert handle.url == f"sqlite:///{tmp_path.resolve() / 'broker.db'}"
     assert (handle.name, handle.host, handle.port, handle.owned) == ("sqlite", None, None, True)
+    assert (handle.pid, handle.log_path) == (None, None)  # no process of its own
     open_adapter(handle.url)  # a URL ackwise accepts
     with pytest.raises(NotRestartable, match="embedded broker: there is no broker process"):
         handle.restart()
@@ -122,6 +123,7 @@ def test_an_explicit_url_is_used_as_it_is_and_never_restarted(
         "env",
     )
     assert handle.url_via("127.0.0.1", 4000) == "redis://:s3cret@127.0.0.1:4000/2"
+    assert (handle.pid, handle.log_path) == (None, None)  # not a process the suite started
     assert "s3cret" not in repr(handle)
     with pytest.raises(NotRestartable, match="ACKWISE_TEST_REDIS_URL") as caught:
         handle.restart()
@@ -171,6 +173,10 @@ def test_a_local_redis_answers_and_keeps_its_data_across_a_restart(started: Any)
     assert handle.url == f"redis://{handle.host}:{handle.port}/0"
     assert handle.port != 6379
     assert resp(handle.host, handle.port, "PING") == b"+PONG\r\n"
+    if handle.source == "local":  # the process the suite started, and where it writes
+        assert handle.pid is not None and handle.log_path is not None
+        assert Path(f"/proc/{handle.pid}").exists()
+        assert handle.log_path.is_file()
     assert resp(handle.host, handle.port, "SET", "survivor", "yes") == b"+OK\r\n"
 
     handle.restart()
@@ -184,6 +190,7 @@ def test_a_local_redis_answers_and_keeps_its_data_across_a_restart(started: Any)
     handle.stop()
     assert refuses(handle.port)
     assert no_process_listens(handle.port)
+    assert handle.pid is None
     handle.stop()  # idempotent
 
 

@@ -82,6 +82,7 @@ def test_bad_message_is_dead_lettered_with_reason_and_the_worker_keeps_going(app
     add.delay(1, 2)
     with run_worker(app) as w:
         report = w.join()
+        assert w.is_alive() and w.error is None
     assert ran == [3]
     [dead] = adapter.dead_letters("default")
     assert dead.reason == reason
@@ -91,6 +92,28 @@ def test_bad_message_is_dead_lettered_with_reason_and_the_worker_keeps_going(app
     assert [e.info["reason"] for e in report.dead_lettered] == [reason]
     st = adapter.stats("default")
     assert (st.ready, st.in_flight, st.dead) == (0, 0, 1)
+
+
+def test_is_alive_and_error_say_whether_the_worker_runs_and_what_stopped_it(app, monkeypatch):
+    w = ackwise.testing.InProcessWorker(app)
+    assert not w.is_alive() and w.error is None
+    w.start()
+    try:
+        assert w.is_alive() and w.error is None
+    finally:
+        assert w.stop() == 0
+    assert not w.is_alive() and w.error is None
+
+    broken = ackwise.testing.InProcessWorker(app)
+    boom = RuntimeError("boom")
+
+    def run() -> int:
+        raise boom
+
+    monkeypatch.setattr(broken.worker, "run", run)
+    with pytest.raises(RuntimeError, match="boom"):
+        broken.start()
+    assert not broken.is_alive() and broken.error is boom
 
 
 @pytest.mark.parametrize("mode", list(Ack))

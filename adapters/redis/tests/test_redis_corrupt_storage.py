@@ -89,7 +89,7 @@ def _drain(r: Recorder) -> None:
     worker = InProcessWorker(r.app, queues=[r.queue]).start()
     try:
         worker.join(15.0)
-        assert worker._thread is not None and worker._thread.is_alive(), "the worker stopped"
+        assert worker.is_alive(), "the worker stopped"
     finally:
         status = worker.stop()
     assert status == 0, f"the worker stopped with status {status}"

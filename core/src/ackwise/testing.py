@@ -99,6 +99,9 @@ class InProcessWorker:
 
     Differences from ``ackwise worker`` defaults, for fast tests: a message of an unknown task is
     offered again without delay (``unknown_task_delay=0``) before it is dead-lettered.
+
+    :meth:`is_alive` tells whether the worker still runs (a test that fed it something bad
+    asserts that it kept going), and :attr:`error` what it stopped on, if it raised.
     """
 
     def __init__(
@@ -162,6 +165,15 @@ class InProcessWorker:
             if not self._thread.is_alive():
                 self._raise()
         return self
+
+    def is_alive(self) -> bool:
+        """Whether the worker's thread runs: started, and neither stopped nor crashed."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def error(self) -> BaseException | None:
+        """What the worker's thread raised, if it ended on an exception (else ``None``)."""
+        return self._error
 
     def _raise(self) -> None:
         if self._error is not None:

@@ -6,12 +6,12 @@ import signal
 import time
 from typing import Any
 
+from ackwise_conformance._registry import EARLY
 from ackwise_conformance.harness import (
     Harness,
     ScenarioFailed,
 )
 from ackwise_conformance.helpers import eventually
-from ackwise_conformance.scenarios import EARLY
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -12,13 +12,13 @@ from typing import Any
 
 from ackwise import LeaderLock
 from ackwise_conformance._case_helpers import pause_outside_writes
+from ackwise_conformance._registry import scenario
 from ackwise_conformance.harness import (
     Harness,
     NotApplicable,
     expect,
 )
 from ackwise_conformance.helpers import eventually
-from ackwise_conformance.scenarios import scenario
 
 # -- beat --------------------------------------------------------------------------------------
 #: Ticks every beat scenario observes at least (docs/periodic.md: at least 60 scheduled ticks).

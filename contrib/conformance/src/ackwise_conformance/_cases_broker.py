@@ -8,6 +8,7 @@ from typing import Any
 
 from ackwise.errors import MessageTooLarge, NotSerializable, PublishError
 from ackwise_conformance._case_helpers import executor_pid, is_early, numbered
+from ackwise_conformance._registry import ROL, scenario
 from ackwise_conformance.brokers import NotRestartable
 from ackwise_conformance.harness import (
     Harness,
@@ -16,7 +17,6 @@ from ackwise_conformance.harness import (
     expect,
 )
 from ackwise_conformance.helpers import eventually
-from ackwise_conformance.scenarios import ROL, scenario
 
 
 def _proxied_workers(h: Harness, fault: Callable[[Any], None]) -> None:

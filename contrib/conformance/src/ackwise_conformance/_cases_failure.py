@@ -7,13 +7,13 @@ import uuid
 
 from ackwise.spi import Outgoing
 from ackwise_conformance._case_helpers import is_early
+from ackwise_conformance._registry import EARLY, LATE, scenario
 from ackwise_conformance.harness import (
     Harness,
     WorkerHandle,
     expect,
 )
 from ackwise_conformance.helpers import eventually
-from ackwise_conformance.scenarios import EARLY, LATE, scenario
 from ackwise_conformance.workload import BACKOFF, BACKOFF_MAX, MAX_DELIVERIES
 
 

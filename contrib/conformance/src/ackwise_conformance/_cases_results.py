@@ -7,11 +7,11 @@ import json
 import signal
 
 from ackwise import ResultStore, TaskResult, open_result_store
+from ackwise_conformance._registry import EARLY, scenario
 from ackwise_conformance.harness import Harness, expect
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.processes import WorkerHandle
 from ackwise_conformance.result_faults import AFTER_CALLBACK, crashing
-from ackwise_conformance.scenarios import EARLY, scenario
 
 #: Worker processes load the faulty result stores (:mod:`ackwise_conformance.result_faults`).
 FAULTS = {"ACKWISE_PLUGINS": "ackwise_conformance.result_faults"}

@@ -8,12 +8,12 @@ from typing import Any
 
 from ackwise_conformance._case_helpers import executor_pid, is_early, numbered, pause_outside_writes
 from ackwise_conformance._held_lock import await_redelivery
+from ackwise_conformance._registry import EARLY, LATE, ROL, scenario
 from ackwise_conformance.harness import (
     Harness,
     expect,
 )
 from ackwise_conformance.helpers import eventually
-from ackwise_conformance.scenarios import EARLY, LATE, ROL, scenario
 
 
 # -- C01-C24 ------------------------------------------------------------------------------------

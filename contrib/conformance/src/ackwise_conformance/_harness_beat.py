@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from typing import TYPE_CHECKING, Any, cast
+from pathlib import Path
+from typing import Any
 
 from ackwise import (
     Adapter,
@@ -22,9 +23,6 @@ from ackwise.spi import QueueSpec
 from ackwise_conformance.processes import BeatHandle, Fire
 from ackwise_conformance.verdicts import NotApplicable
 
-if TYPE_CHECKING:
-    from ackwise_conformance.harness import Harness
-
 __all__ = ["BeatControl"]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -36,6 +34,7 @@ class BeatControl:
 
     broker: Any
     queue: str
+    workdir: Path
     adapter: Adapter
     beats: list[BeatHandle]
     _env: dict[str, str]
@@ -93,7 +92,7 @@ class BeatControl:
         with self._gate:
             self._check_open()
             self._beat_groups.add(group)
-            handle = BeatHandle(cast("Harness", self), len(self.beats), args, env)
+            handle = BeatHandle(self, len(self.beats), args, env)
             self.beats.append(handle)
         if wait_ready:
             handle.wait_ready(self.patience * 2)

@@ -18,14 +18,15 @@ from ackwise.spi import Delivery, Outgoing, QueueSpec
 from ackwise_conformance._held_lock import held_lock_reason
 from ackwise_conformance.helpers import eventually
 
-__all__ = ["AdapterFactory", "SPIBase"]
+__all__ = ["AdapterFactory", "SPIBase", "ids_of"]
 
 AdapterFactory = Callable[[], Adapter]
 
 _STATS_FIELDS = ("ready", "delayed", "in_flight", "dead")
 
 
-def _ids(deliveries: Sequence[Delivery]) -> list[str]:
+def ids_of(deliveries: Sequence[Delivery]) -> list[str]:
+    """The message ids of ``deliveries``, in order."""
     return [d.message_id for d in deliveries]
 
 
@@ -203,7 +204,7 @@ class SPIBase:
             if remaining <= 0:
                 raise AssertionError(
                     f"expected {n} deliveries from {queue} within {timeout:.2f}s, got "
-                    f"{len(out)}: {_ids(out)}"
+                    f"{len(out)}: {ids_of(out)}"
                 )
             batch = self.receive(
                 adapter,
@@ -213,7 +214,7 @@ class SPIBase:
                 lease=lease,
             )
             out.extend(batch)
-        assert len(out) == n, f"asked for {n} deliveries, got {len(out)}: {_ids(out)}"
+        assert len(out) == n, f"asked for {n} deliveries, got {len(out)}: {ids_of(out)}"
         return out
 
     def assert_nothing_receivable(
@@ -228,7 +229,7 @@ class SPIBase:
             got = self.receive(adapter, queue, wait=remaining)
             head = f"broken: {why}: " if why else ""
             assert not got, (
-                f"{head}{_ids(got)} delivered from {queue} within {wait:.2f}s, where nothing "
+                f"{head}{ids_of(got)} delivered from {queue} within {wait:.2f}s, where nothing "
                 "should be receivable"
             )
 

@@ -10,7 +10,7 @@ import pytest
 from ackwise import Adapter, Capabilities
 from ackwise.errors import StaleReceipt, UnsupportedCapability
 from ackwise.spi import Outgoing, QueueSpec
-from ackwise_conformance._spi_base import AdapterFactory, SPIBase, _ids
+from ackwise_conformance._spi_base import AdapterFactory, SPIBase, ids_of
 
 __all__ = ["DeliveryChecks"]
 
@@ -56,7 +56,7 @@ class DeliveryChecks(SPIBase):
         for i in ids:
             adapter.publish(queue, [Outgoing(i, i.encode())])
         got = [self.take(adapter, queue, max_messages=1)[0] for _ in ids]
-        assert _ids(got) == ids
+        assert ids_of(got) == ids
 
     def test_batch_publish_and_receive_respect_max_messages(
         self, adapter: Adapter, queue: str
@@ -68,7 +68,7 @@ class DeliveryChecks(SPIBase):
         more = self.receive(adapter, queue, max_messages=4, wait=1.0 * self.scale)
         assert len(more) <= 4, f"receive(max_messages=4) returned {len(more)} deliveries"
         rest = self.take(adapter, queue, 10 - 1 - len(more), max_messages=4)
-        got = _ids([*first, *more, *rest])
+        got = ids_of([*first, *more, *rest])
         assert sorted(got) == sorted(ids), f"each message once: got {got}"
         assert all(d.body == d.message_id.encode() for d in [*first, *more, *rest])
 

@@ -8,7 +8,7 @@ import pytest
 
 from ackwise import Adapter, LeaseExtension
 from ackwise.spi import Outgoing
-from ackwise_conformance._spi_base import AdapterFactory, SPIBase, _ids
+from ackwise_conformance._spi_base import AdapterFactory, SPIBase, ids_of
 
 __all__ = ["LeaseChecks"]
 
@@ -76,7 +76,7 @@ class LeaseChecks(SPIBase):
                 continue
             assert time.monotonic() > held_until, (
                 f"broken: extend keeps the delivery from other consumers past its original "
-                f"lease: {_ids(got)} delivered from {queue} "
+                f"lease: {ids_of(got)} delivered from {queue} "
                 f"{held_until - time.monotonic():.2f}s before the extended lease ended"
             )
             handovers += 1

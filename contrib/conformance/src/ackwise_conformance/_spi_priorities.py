@@ -20,7 +20,7 @@ import pytest
 from ackwise import Adapter
 from ackwise.errors import UnsupportedCapability
 from ackwise.spi import Outgoing
-from ackwise_conformance._spi_base import SPIBase, _ids
+from ackwise_conformance._spi_base import SPIBase, ids_of
 
 __all__ = ["PriorityChecks"]
 
@@ -38,7 +38,7 @@ class PriorityChecks(SPIBase):
     def first_of(self, connect: Callable[[], Adapter], queue: str, n: int) -> list[str]:
         """The ids of the first ``n`` messages a new consumer receives, one call each."""
         reader = connect()
-        return _ids([self.take(reader, queue, max_messages=1)[0] for _ in range(n)])
+        return ids_of([self.take(reader, queue, max_messages=1)[0] for _ in range(n)])
 
     def test_priority_is_refused_without_priorities(self, adapter: Adapter, queue: str) -> None:
         if adapter.capabilities.priorities:
@@ -74,7 +74,7 @@ class PriorityChecks(SPIBase):
         adapter.publish(queue, [Outgoing("urgent", b"x", priority=3)])
         reader = connect()
         got = self.take(reader, queue, 2, max_messages=2)
-        assert _ids(got) == ["urgent", "low-0"]
+        assert ids_of(got) == ["urgent", "low-0"]
 
     def test_a_nacked_message_keeps_its_priority(
         self, adapter: Adapter, connect: Callable[[], Adapter], queue: str
@@ -123,7 +123,7 @@ class PriorityChecks(SPIBase):
         adapter.stop_receiving()
         time.sleep(self.lease_s + 0.2 * self.scale)
         first = self.take(connect(), queue, max_messages=1)
-        assert _ids(first) == ["urgent"]
+        assert ids_of(first) == ["urgent"]
         self.assert_attempt(adapter, first[0], 2)
 
     def test_a_replayed_dead_letter_keeps_its_priority(

@@ -11,7 +11,7 @@ import pytest
 from ackwise import Adapter, LeaseExtension
 from ackwise.errors import UnsupportedCapability
 from ackwise.spi import Delivery, Outgoing
-from ackwise_conformance._spi_base import SPIBase, _ids
+from ackwise_conformance._spi_base import SPIBase, ids_of
 
 __all__ = ["ReceiveChecks"]
 
@@ -66,7 +66,7 @@ class ReceiveChecks(SPIBase):
         finally:
             thread.join(self.patience)
         assert not errors, f"publishing failed: {errors}"
-        assert _ids(got) == ["m"]
+        assert ids_of(got) == ["m"]
         assert published and received - published[0] <= 1.0 * self.scale, (
             f"receive returned {received - published[0]:.3f}s after the publish"
         )
@@ -90,11 +90,11 @@ class ReceiveChecks(SPIBase):
         adapter.publish(queue, [Outgoing("m3", b"x3")])  # calls before the answer is read
         adapter.stats(queue)
         got = self.track(adapter, answer())
-        assert _ids(got) == ["m0", "m1"]
+        assert ids_of(got) == ["m0", "m1"]
         assert [d.body for d in got] == [b"x0", b"x1"]
         adapter.ack(got)
         rest = self.take(adapter, queue, 2)
-        assert sorted(_ids(rest)) == ["m2", "m3"]
+        assert sorted(ids_of(rest)) == ["m2", "m3"]
         self.assert_stats(adapter, queue, ready=0, in_flight=2)
 
     def test_receive_later_of_an_empty_queue_answers_nothing(

@@ -14,7 +14,7 @@ from ackwise import (
     open_adapter,
 )
 from ackwise.errors import ConfigurationError
-from ackwise_conformance.brokers import _address_of, _replace_address
+from ackwise_conformance._urls import address_of, replace_address
 from ackwise_conformance.verdicts import NotApplicable
 
 __all__ = [
@@ -70,7 +70,7 @@ class SimpleBroker:
         if not self.proxied:
             self.host = self.port = None
         elif self.host is None and parsed.scheme == "sqs":  # the address is its endpoint_url
-            self.host, self.port = _address_of(self.url)
+            self.host, self.port = address_of(self.url)
         elif self.host is None and parsed.host and parsed.port:
             self.host, self.port = parsed.host, parsed.port
 
@@ -81,7 +81,7 @@ class SimpleBroker:
                 + ("" if self.proxied else " (its client connects to more than the URL's)")
             )
         if BrokerURL.parse(self.url).scheme == "sqs":
-            return _replace_address(self.url, host, port)
+            return replace_address(self.url, host, port)
         parts = urlsplit(self.url)
         userinfo, _, _ = parts.netloc.rpartition("@")
         netloc = f"{userinfo}@{host}:{port}" if userinfo else f"{host}:{port}"

@@ -22,7 +22,8 @@ Servers the suite starts run in their own process group, on ports outside the ke
 ephemeral range (so no outgoing connection can take the port while a broker restarts), never
 on the shared services' ports; :meth:`BrokerHandle.stop` ends them and an ``atexit`` hook
 catches the ones a test forgot.  The machinery lives in ``_ports`` (free ports), ``_servers``
-(process groups, tracking) and ``_containers`` (testcontainers).
+(process groups, tracking), ``_containers`` (testcontainers) and ``_urls`` (the address in a
+URL).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import os
 import uuid
 from pathlib import Path
 from typing import NoReturn
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 
@@ -39,7 +39,8 @@ from ackwise import redact_url
 from ackwise_conformance import provisioning
 from ackwise_conformance._containers import Container, docker_unavailable_reason
 from ackwise_conformance._ports import free_port
-from ackwise_conformance._servers import Server, start_local
+from ackwise_conformance._servers import Process, Server, start_local
+from ackwise_conformance._urls import address_of, replace_address
 from ackwise_conformance.provisioning import BrokerUnavailable, Provisioner
 
 __all__ = [
@@ -52,8 +53,6 @@ __all__ = [
 ]
 
 EMBEDDED = ("sqlite", "memory")
-
-_DEFAULT_PORTS = {"redis": 6379, "rediss": 6379, "amqp": 5672, "amqps": 5671}
 
 _EMBEDDED_REASON = "embedded broker: there is no broker process to restart"
 
@@ -115,7 +114,22 @@ class BrokerHandle:
         """
         if self.host is None:
             raise ValueError(f"{self.name}: an embedded broker has no network address to proxy")
-        return _replace_address(self.url, host, port)
+        return replace_address(self.url, host, port)
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the broker process the suite started on this machine (the root of its
+        process group), or ``None``: a container, a broker the suite did not start, an
+        embedded one, or one stopped."""
+        if isinstance(self._server, Process) and self._server.proc is not None:
+            return self._server.proc.pid
+        return None
+
+    @property
+    def log_path(self) -> Path | None:
+        """The file that broker process writes its output to, or ``None`` where the suite
+        runs no such process (a container, a broker it did not start, an embedded one)."""
+        return self._server.log_path if isinstance(self._server, Process) else None
 
     @property
     def restartable(self) -> bool:
@@ -243,7 +257,7 @@ def provide_or_skip(
 
 # -- explicit URLs -----------------------------------------------------------------------------
 def _external(name: str, url: str, env_name: str) -> BrokerHandle:
-    host, port = _address_of(url)
+    host, port = address_of(url)
     return BrokerHandle(
         name,
         url,
@@ -254,36 +268,6 @@ def _external(name: str, url: str, env_name: str) -> BrokerHandle:
         not_restartable=f"the broker at {redact_url(url)} ({env_name}) was not started by the "
         "suite, so the suite cannot restart it",
     )
-
-
-def _address_of(url: str) -> tuple[str | None, int | None]:
-    parts = urlsplit(url)
-    if parts.scheme == "sqs":
-        endpoint = dict(parse_qsl(parts.query)).get("endpoint_url")
-        if not endpoint:
-            return None, None  # real AWS: no address of ours to proxy
-        parts = urlsplit(endpoint)
-    if not parts.hostname:
-        return None, None
-    return parts.hostname, parts.port or _DEFAULT_PORTS.get(parts.scheme)
-
-
-def _replace_address(url: str, host: str, port: int) -> str:
-    parts = urlsplit(url)
-    if parts.scheme == "sqs":
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        replaced = []
-        for key, value in query:
-            if key == "endpoint_url":
-                value = _replace_address(value, host, port)
-            replaced.append((key, value))
-        # Not urlunsplit: with an empty host it would write "sqs:?..." without the "//".
-        query_text = urlencode(replaced, safe=":/")
-        fragment = f"#{parts.fragment}" if parts.fragment else ""
-        return f"{parts.scheme}://{parts.netloc}{parts.path}?{query_text}{fragment}"
-    userinfo, at, _ = parts.netloc.rpartition("@")
-    hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return urlunsplit(parts._replace(netloc=f"{userinfo}{at}{hostport}"))
 
 
 # -- servers the suite starts ------------------------------------------------------------------

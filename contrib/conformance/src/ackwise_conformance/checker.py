@@ -15,14 +15,33 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ackwise import Ack, DeadLetter
+from ackwise import Ack, DeadLetter, QueueStats
+from ackwise_conformance.journal import Journal
+from ackwise_conformance.verdicts import ScenarioFailed
 
-if TYPE_CHECKING:
-    from ackwise_conformance.harness import Harness
+__all__ = ["CheckedCase", "History", "MessageFate"]
 
-__all__ = ["History", "MessageFate"]
+
+class CheckedCase(Protocol):
+    """What the checker reads of a case: a :class:`~ackwise_conformance.harness.Harness`."""
+
+    @property
+    def mode(self) -> Ack: ...
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def published(self) -> dict[str, str]: ...  # message id -> key, of every one published
+
+    @property
+    def counts_in_flight(self) -> bool: ...
+
+    def stats(self) -> QueueStats: ...
+
+    def dead_letters(self) -> list[DeadLetter]: ...
 
 
 @dataclass
@@ -51,11 +70,11 @@ class MessageFate:
 
 @dataclass
 class History:
-    harness: Harness
+    harness: CheckedCase
     fates: dict[str, MessageFate]
 
     @classmethod
-    def build(cls, harness: Harness) -> History:
+    def build(cls, harness: CheckedCase) -> History:
         fates: dict[str, MessageFate] = {}
         for mid, key in harness.published.items():
             fates[mid] = MessageFate(mid, key, True)
@@ -94,8 +113,6 @@ class History:
     # -- expectations ----------------------------------------------------------------------
     def fail(self, message: str, *fates: MessageFate) -> None:
         """Raise :class:`ScenarioFailed` with ``message`` and the journal lines of ``fates``."""
-        from ackwise_conformance.harness import ScenarioFailed
-
         details = ""
         for fate in fates[:5]:
             lines = self.harness.journal.lines_for(fate.id)

@@ -185,7 +185,6 @@ def drain_among_corrupt(
 
 
 def _alive(worker: InProcessWorker) -> None:
-    thread = worker._thread
-    if worker._error is not None:
-        raise AssertionError(f"the worker stopped on {worker._error!r}") from worker._error
-    assert thread is not None and thread.is_alive(), "the worker stopped"
+    if worker.error is not None:
+        raise AssertionError(f"the worker stopped on {worker.error!r}") from worker.error
+    assert worker.is_alive(), "the worker stopped"

@@ -53,6 +53,7 @@ from ackwise_conformance.broker_views import (
     with_lease_options,
     with_options,
 )
+from ackwise_conformance.checker import History
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.journal import Journal
 from ackwise_conformance.processes import BeatHandle, Fire, WorkerHandle, process_stopped
@@ -608,9 +609,7 @@ class Harness(BeatControl):
         self._check_open()
 
     # -- checking --------------------------------------------------------------------------
-    def history(self) -> Any:
-        from ackwise_conformance.checker import History
-
+    def history(self) -> History:
         return History.build(self)
 
     # -- cleanup ---------------------------------------------------------------------------

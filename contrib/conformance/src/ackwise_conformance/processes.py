@@ -10,16 +10,21 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ackwise.testing import InProcessWorker
 from ackwise_conformance.helpers import eventually
 from ackwise_conformance.verdicts import NotApplicable, ScenarioFailed
 
-if TYPE_CHECKING:
-    from ackwise_conformance.harness import Harness
+__all__ = ["BeatHandle", "CaseDirectory", "Fire", "WorkerHandle", "process_stopped"]
 
-__all__ = ["BeatHandle", "Fire", "WorkerHandle", "process_stopped"]
+
+class CaseDirectory(Protocol):
+    """What a process handle needs of its case (a :class:`~ackwise_conformance.harness.Harness`):
+    the directory its log goes in."""
+
+    @property
+    def workdir(self) -> Path: ...
 
 
 def process_stopped(pid: int) -> bool:
@@ -36,7 +41,7 @@ class WorkerHandle:
 
     def __init__(
         self,
-        harness: Harness,
+        harness: CaseDirectory,
         index: int,
         args: Sequence[str],
         env: dict[str, str],
@@ -122,7 +127,9 @@ class Fire:
 class BeatHandle:
     """One ``ackwise beat`` process running ``ackwise_conformance.beat_workload:app``."""
 
-    def __init__(self, harness: Harness, index: int, args: Sequence[str], env: dict[str, str]):
+    def __init__(
+        self, harness: CaseDirectory, index: int, args: Sequence[str], env: dict[str, str]
+    ):
         self.harness = harness
         self.index = index
         self.log = harness.workdir / f"beat-{index}.log"

@@ -11,12 +11,28 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ackwise import Ack
 from ackwise.errors import ConfigurationError
+
+# The catalogue: importing its modules registers their scenarios in SCENARIOS (a registry
+# of its own below them, whose names are importable from here too).
+from ackwise_conformance import (
+    _cases_beat,
+    _cases_broker,
+    _cases_failure,
+    _cases_results,
+    _cases_worker,
+)
+from ackwise_conformance._registry import ALL as ALL
+from ackwise_conformance._registry import EARLY as EARLY
+from ackwise_conformance._registry import LATE as LATE
+from ackwise_conformance._registry import ROL as ROL
+from ackwise_conformance._registry import SCENARIOS, Scenario
+from ackwise_conformance._registry import scenario as scenario
 from ackwise_conformance.harness import (
     DEFAULT_PREFIX,
     LEASE,
@@ -30,42 +46,11 @@ from ackwise_conformance.harness import (
 
 __all__ = ["SCENARIOS", "CaseResult", "Scenario", "cases", "run_case"]
 
-EARLY, LATE, ROL = Ack.EARLY, Ack.LATE, Ack.REJECT_ON_LOST
-ALL = (EARLY, LATE, ROL)
-
-
-@dataclass(frozen=True)
-class Scenario:
-    id: str
-    title: str
-    fn: Callable[[Harness], None]
-    #: Modes the scenario runs in; ``(None,)`` for mode-independent scenarios (beat).
-    modes: tuple[Ack | None, ...] = ALL
-    #: Modes whose cell of the catalogue is "—", with the reason shown as n/a.
-    na_modes: dict[Ack, str] = field(default_factory=dict)
-    #: Runs alone: it restarts the broker every other case shares.
-    exclusive: bool = False
-    #: About how long one case takes (seconds, idle machine): a runner starts long ones first.
-    cost: float = 5.0
-
-
-SCENARIOS: dict[str, Scenario] = {}
-
-
-def scenario(
-    sid: str,
-    title: str,
-    *,
-    modes: tuple[Ack | None, ...] = ALL,
-    na_modes: dict[Ack, str] | None = None,
-    exclusive: bool = False,
-    cost: float = 5.0,
-) -> Callable[[Callable[[Harness], None]], Callable[[Harness], None]]:
-    def register(fn: Callable[[Harness], None]) -> Callable[[Harness], None]:
-        SCENARIOS[sid] = Scenario(sid, title, fn, modes, na_modes or {}, exclusive, cost)
-        return fn
-
-    return register
+_CATALOGUE = (_cases_worker, _cases_failure, _cases_broker, _cases_results, _cases_beat)
+# In catalogue order (C01-C28, then B01-B04), whatever order the modules were imported in.
+_ordered = sorted(SCENARIOS.items(), key=lambda item: (not item[0].startswith("C"), item[0]))
+SCENARIOS.clear()
+SCENARIOS.update(_ordered)
 
 
 def cases(
@@ -178,19 +163,3 @@ def _without_task_lines(text: str) -> str:
         else:
             kept.append(line)
     return "".join(kept) + (f"({dropped} INFO task lines left out)\n" if dropped else "")
-
-
-# The catalogue: importing its modules registers their scenarios.
-from ackwise_conformance import (  # noqa: E402
-    _cases_beat,
-    _cases_broker,
-    _cases_failure,
-    _cases_results,
-    _cases_worker,
-)
-
-_CATALOGUE = (_cases_worker, _cases_failure, _cases_broker, _cases_results, _cases_beat)
-# In catalogue order (C01-C28, then B01-B04), whatever order the modules were imported in.
-_ordered = sorted(SCENARIOS.items(), key=lambda item: (not item[0].startswith("C"), item[0]))
-SCENARIOS.clear()
-SCENARIOS.update(_ordered)
