@@ -289,9 +289,9 @@ def c09(h: Harness) -> None:
 @scenario("C10", "delay longer than the lease (countdown 5x the lease)")
 def c10(h: Harness) -> None:
     countdown = h.lease * 5
+    h.worker(pool="threads", concurrency=1)  # ready first: as C11 says
     sent = time.time()
     h.publish(["later"], countdown=countdown)
-    h.worker(pool="threads", concurrency=1)
     [rec] = h.wait_for("start", key="later", timeout=countdown + h.patience)[:1]
     expect(
         rec["t"] >= sent + countdown - 0.05,
@@ -306,9 +306,11 @@ def c10(h: Harness) -> None:
 @scenario("C11", "delay survives a worker restart")
 def c11(h: Harness) -> None:
     countdown = h.lease * 3
+    # The worker is ready before the message is sent: one started after it would find the
+    # countdown over on a slow host, and an adapter that ignores delays would go unseen.
+    w1 = h.worker(pool="threads", concurrency=1)
     sent = time.time()
     h.publish(["later"], countdown=countdown)
-    w1 = h.worker(pool="threads", concurrency=1)
     h.quiet(h.lease)
     w1.terminate()
     w1.wait(h.patience)
