@@ -14,7 +14,7 @@ from ackwise.app import _tracing
 from ackwise.app._handle import TaskHandle
 from ackwise.app._policy import check_priority, check_publish
 from ackwise.app._requirements import check_app, check_app_options, check_task, missing_store
-from ackwise.app._schedule import Periodic, declare, make_schedule
+from ackwise.app._schedule import Periodic, Schedule, declare, make_schedule
 from ackwise.app._task import TRANSIENT_ERRORS, SendOptions, Signature, Task, TaskOptions
 from ackwise.app._transaction import current as current_transaction
 from ackwise.app._transaction import enlist
@@ -574,8 +574,24 @@ class App:
             raise ConfigurationError(
                 f"periodic: task {resolved.name!r} is not registered on app {self.name!r}"
             )
+        return self._schedule(
+            resolved.name, schedule, name, args, kwargs, queue, missed, catch_up_limit
+        )
+
+    def _schedule(
+        self,
+        task: str,
+        schedule: Schedule,
+        name: str | None,
+        args: Sequence[Any],
+        kwargs: dict[str, Any] | None,
+        queue: str | None,
+        missed: str,
+        catch_up_limit: int | None,
+    ) -> Periodic:
+        """Declare ``task``'s schedule (checked against those declared) and keep it."""
         periodic = declare(
-            resolved.name,
+            task,
             schedule,
             app=self.name,
             declared=self._schedules,
@@ -610,19 +626,7 @@ class App:
 
         def register(fn: Callable[P, R]) -> Task[P, R]:
             task: Task[P, R] = self.task(**task_options)(fn)
-            periodic = declare(
-                task.name,
-                schedule,
-                app=self.name,
-                declared=self._schedules,
-                name=None,
-                args=args,
-                kwargs=kwargs,
-                queue=None,
-                missed=missed,
-                catch_up_limit=catch_up_limit,
-            )
-            self._schedules[periodic.name] = periodic
+            self._schedule(task.name, schedule, None, args, kwargs, None, missed, catch_up_limit)
             return task
 
         return register
