@@ -413,6 +413,6 @@ def test_health_by_state_starting_reconnecting_stalled_stopped() -> None:
     worker.reconnecting = False
     worker.request_stop()
     assert health_of(worker, now=101.0).state == "stopping"
-    worker._stopped.set()  # what run() does once its loop ended
+    worker.control.ended.set()  # what run() does once its loop ended
     assert (health_of(worker).ok, health_of(worker).state) == (False, "stopped")
     app.close()

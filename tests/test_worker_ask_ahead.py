@@ -39,7 +39,7 @@ def test_a_graceful_stop_gives_back_what_a_receive_asked_for_at_once(
         worker.adapter.receive(f"{queue}-none", max_messages=1, wait=0, lease=1.0)
         answer = worker.adapter.receive_later(queue, max_messages=3, lease=30.0)
         assert answer is not None
-        worker._posted = Posted(answer, queue, 3, math.inf)
+        worker.ledger.posted = Posted(answer, queue, 3, math.inf)
         assert worker.adapter.stats(queue).in_flight == 3  # leased as asked
         worker.request_stop()
         return ok

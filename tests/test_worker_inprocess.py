@@ -465,14 +465,14 @@ def _warm_up(app: App, w: Any, n: int = 200) -> None:
 
     app.send_many([warm.s() for _ in range(n)])
     w.join(timeout=20)
-    assert w.worker._executor.ahead > 0, "no-op tasks should let jobs wait in the pool"
+    assert w.worker.ledger.executor.ahead > 0, "no-op tasks should let jobs wait in the pool"
 
 
 def _blocked_with_waiting(app: App, w: Any, waiting: int) -> None:
     """Wait until the worker's one thread is busy and ``waiting`` jobs wait behind it."""
     deadline = time.monotonic() + 10
-    while w.worker._executor.waiting() < waiting:
-        assert time.monotonic() < deadline, f"waiting: {w.worker._executor.waiting()}"
+    while w.worker.ledger.executor.waiting() < waiting:
+        assert time.monotonic() < deadline, f"waiting: {w.worker.ledger.executor.waiting()}"
         time.sleep(0.01)
 
 
@@ -561,7 +561,7 @@ def test_an_early_acked_task_does_not_wait_in_the_pool(app):
             assert time.monotonic() < deadline, w.worker.held
             time.sleep(0.01)
         time.sleep(0.1)
-        assert w.worker._executor.waiting() == 0
+        assert w.worker.ledger.executor.waiting() == 0
         assert adapter.stats("default").in_flight == 4  # none of them acked yet
     finally:
         release.set()
@@ -606,7 +606,7 @@ def test_jobs_waiting_in_the_pool_whose_lease_moved_on_do_not_start(plugins_serv
         _blocked_with_waiting(app, w, 3)
         _LeasesMoveOn.move_on = True
         deadline = time.monotonic() + 5
-        while w.worker._executor.waiting():
+        while w.worker.ledger.executor.waiting():
             assert time.monotonic() < deadline, "the waiting jobs were not withdrawn"
             time.sleep(0.01)
         assert len(_LeasesMoveOn.taken_elsewhere) == 4  # the running one and the 3 waiting

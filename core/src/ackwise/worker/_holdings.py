@@ -1,4 +1,5 @@
-"""What a worker holds (a delivery with its task, buffered or running) and what it counts."""
+"""The records of what a worker holds and counts: a delivery held with its task, a receive asked
+ahead, the worker's counters.  The ledger of them is :mod:`ackwise.worker._ledger`."""
 
 from __future__ import annotations
 
