@@ -90,7 +90,7 @@ class WorkerConfig:
     concurrency: int = 0  # 0: number of CPUs (prefork / threads), 1 for solo
     pool: str = "prefork"
     #: Messages held at once, running included.  0: 4 x concurrency; on an adapter with
-    #: ``deep_prefetch`` (RabbitMQ) raised while tasks are short (see :data:`PREFETCH_HOLD`),
+    #: ``deep_prefetch`` (RabbitMQ) raised while tasks are short (see ``ackwise.worker._prefetch.PREFETCH_HOLD``),
     #: up to :func:`max_auto_prefetch`.
     prefetch: int = 0
     prefetch_auto: bool = False  # set by validate() when prefetch was 0
