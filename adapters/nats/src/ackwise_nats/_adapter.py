@@ -113,6 +113,9 @@ class NatsAdapter(Adapter):
     def receive(
         self, queue: str, *, max_messages: int, wait: float, lease: float
     ) -> Sequence[Delivery]:
+        """No-wait pulls from the queue's ``ready`` consumer, polled while ``wait`` lasts, due
+        delayed messages moved there first; a lease other than the AckWait is set per message
+        by a nak (:mod:`ackwise_nats._receive`)."""
         return self._receiver.receive(queue, max_messages=max_messages, wait=wait, lease=lease)
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
@@ -121,32 +124,47 @@ class NatsAdapter(Adapter):
         self._settler.ack(deliveries)
 
     def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
+        """``+WPI``, or a nak with the lease as its delay: counted only when answered before
+        the old deadline."""
         self._settler.extend(deliveries, lease=lease)
 
     def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
+        """A copy that counts the deliveries so far goes to the ready subject (with a delay: to
+        the delayed one, with its not-before header), then the original is acked."""
         self.check_delay(delay)
         self._settler.nack(delivery, delay=delay)
 
     def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
+        """A copy with the reason goes to the dead-letter stream, then the original is acked."""
         self._settler.dead_letter(delivery, reason=reason, body=body)
 
     # -- inspection ------------------------------------------------------------------------
     def stats(self, queue: str) -> QueueStats:
+        """The ready consumer's pending (ready) and ack-pending (in flight) counts, the delayed
+        subject's and the dead-letter stream's message counts, the first pending message's
+        age."""
         return self._browser.stats(queue)
 
     def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
+        """Read from the dead-letter stream in sequence order."""
         return self._browser.dead_letters(queue, limit=limit)
 
     def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        """Each chosen dead letter is copied to the ready subject (deduplicated by its
+        sequence: a replay asked twice copies once), then deleted."""
         return self._browser.requeue_dead(queue, message_ids)
 
     def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
+        """By stream sequence; all of them: a purge of the dead-letter stream."""
         return self._browser.delete_dead(queue, message_ids)
 
     def purge(self, queue: str) -> int:
+        """The delayed subject, and the ready messages not delivered yet (those in flight
+        stay)."""
         return self._browser.purge(queue)
 
     def queues(self) -> Sequence[str]:
+        """The queues whose streams are under the URL's prefix."""
         return self._browser.queues()
 
     async def _declare(self, client: Client, names: QueueNames) -> None:

@@ -370,7 +370,9 @@ class RedisAdapter(Adapter):
         if isinstance(waited, rx.ResponseError):
             if not is_wrong_storage(waited):
                 raise waited
-            self._queue_keys.quarantine(k.typed)  # a wrong-typed notify key: set it aside, look again
+            self._queue_keys.quarantine(
+                k.typed
+            )  # a wrong-typed notify key: set it aside, look again
         if isinstance(received, rx.ResponseError):
             # The script not loaded yet, or a wrong-typed key: the one-command path deals
             # with either (the failed call wrote nothing).
@@ -483,18 +485,23 @@ class RedisAdapter(Adapter):
 
     # -- inspection ------------------------------------------------------------------------
     def stats(self, queue: str) -> QueueStats:
+        """Exact counts and the oldest ready message's age, from one script call."""
         return self._browser.stats(queue)
 
     def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
+        """Oldest first, from one script call."""
         return self._browser.dead_letters(queue, limit=limit)
 
     def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        """Ready again as new deliveries, a script call per chunk of ids; each message moves
+        atomically."""
         return self._browser.requeue_dead(queue, message_ids)
 
     def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
         return self._browser.delete_dead(queue, message_ids)
 
     def purge(self, queue: str) -> int:
+        """Ready and delayed messages, a script call per chunk until a short one."""
         return self._browser.purge(queue)
 
 

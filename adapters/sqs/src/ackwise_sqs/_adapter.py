@@ -172,6 +172,9 @@ class SQSAdapter(Adapter):
     def receive(
         self, queue: str, *, max_messages: int, wait: float, lease: float
     ) -> Sequence[Delivery]:
+        """``ReceiveMessage`` with the lease as visibility (a long poll while ``wait`` lasts,
+        up to 20 s); a full first batch has the rest fetched at once, in parallel.  A long
+        delay met before it is due is re-armed, not delivered."""
         return self._receiver.receive(queue, max_messages=max_messages, wait=wait, lease=lease)
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
@@ -180,13 +183,18 @@ class SQSAdapter(Adapter):
         self._settler.ack(deliveries)
 
     def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
+        """``ChangeMessageVisibilityBatch``; past 12 hours since the receive:
+        :class:`~ackwise_sqs.VisibilityCapReached`."""
         self._settler.extend(deliveries, lease=lease)
 
     def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
+        """Visible again after ``delay``; a delay past what this receive's visibility can hold
+        is carried by a fresh copy, and the delivery deleted."""
         self.check_delay(delay)
         self._settler.nack(delivery, delay=delay)
 
     def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
+        """Sent to the dead-letter queue with ackwise's attributes, then deleted."""
         self._settler.dead_letter(delivery, reason=reason, body=body)
 
     # -- inspection ------------------------------------------------------------------------
@@ -196,12 +204,16 @@ class SQSAdapter(Adapter):
         return self._browser.stats(queue)
 
     def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
+        """The dead-letter queue, peeked (received briefly, then visible again)."""
         return self._browser.dead_letters(queue, limit=limit)
 
     def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        """The chosen dead letters are sent to the queue, then deleted from the dead-letter
+        queue (a crash in between replays one twice, never not at all)."""
         return self._browser.requeue_dead(queue, message_ids)
 
     def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
+        """Peeked, and the chosen ones deleted (all of them without ``message_ids``)."""
         return self._browser.delete_dead(queue, message_ids)
 
     def purge(self, queue: str) -> int:
