@@ -40,7 +40,7 @@ def two(nats_url: str) -> Iterator[tuple[Any, Any, str]]:
 def _held_loop(adapter: Any) -> threading.Event:
     """Hold ``adapter``'s event loop until the returned event is set."""
     release = threading.Event()
-    adapter._connected().loop.call_soon_threadsafe(release.wait, 30.0)
+    adapter._connection.connected().loop.call_soon_threadsafe(release.wait, 30.0)
     return release
 
 

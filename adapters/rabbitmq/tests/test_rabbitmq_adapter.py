@@ -143,7 +143,7 @@ def test_publishes_from_many_threads_share_a_confirm_wait_and_keep_their_own_out
             outcomes[i] = exc
 
     try:
-        adapter._post(hold_the_io_thread)
+        adapter._io.post(hold_the_io_thread)
         assert busy.wait(5)
         threads = [threading.Thread(target=publish, args=(i,)) for i in range(8)]
         for t in threads:
@@ -430,7 +430,7 @@ def test_a_fixed_prefetch_keeps_the_window_at_it_while_acks_wait(rabbitmq_url: s
         with run_worker(app, queues=[q], concurrency=2, prefetch=4) as w:
             eventually(lambda: len(ran) == 600, 60.0, description="600 tasks ran")
             adapter = w.worker.adapter
-            windows = [c.credit for c in adapter._consumers[q]]  # type: ignore[attr-defined]
+            windows = adapter._consumer.windows()[q]  # type: ignore[attr-defined]
         assert sum(windows) <= 4, windows
     finally:
         app.close()
@@ -471,7 +471,7 @@ def test_a_growing_window_hands_every_message_out_once(rabbitmq_url: str) -> Non
         assert attempts == {1: total}, f"deliveries by attempt: {attempts}"
         # The window grew through added consumers, to the whole budget: a window short of it
         # keeps a worker's buffer low (it grew only past twice the window: 41 of 64 here).
-        windows = [c.credit for c in adapter._consumers[q]]
+        windows = adapter._consumer.windows()[q]
         assert len(windows) > 1 and 64 <= sum(windows) <= 128, windows
     finally:
         adapter.purge(q)
@@ -500,12 +500,12 @@ def test_stop_receiving_gives_back_what_every_consumer_of_a_grown_window_pushed(
         # taken waits in the inbox.
         for budget in (8, 24, 64):
             eventually(functools.partial(fill, budget), 10.0, description=f"{budget} held")
-        assert len(adapter._consumers[q]) >= 2
+        assert len(adapter._consumer.windows()[q]) >= 2
         eventually(lambda: observer.stats(q).ready <= 200 - 64, 10.0, description="pushed")
         adapter.stop_receiving()
         # What the windows pushed and nobody took is back; what was handed out stays held.
         eventually(lambda: observer.stats(q).ready == 200 - len(held), 5.0, description="returned")
-        assert not adapter._consumers
+        assert not adapter._consumer.windows()
         time.sleep(0.5)  # no consumer is left to push more
         assert observer.stats(q).ready == 200 - len(held)
         adapter.ack(held)
@@ -528,7 +528,7 @@ def test_a_quorum_queue_dead_letters_past_its_delivery_limit_at_least_once(
         name = f"dlx-{uuid.uuid4().hex[:12]}"
         adapter.declare(QueueSpec(name, max_deliveries=3))
         info = eventually(
-            lambda: adapter._management(f"/api/queues/%2F/{name}"),  # type: ignore[attr-defined]
+            lambda: adapter._browser.management(f"/api/queues/%2F/{name}"),  # type: ignore[attr-defined]
             10,
             description="the queue in the management API",
         )

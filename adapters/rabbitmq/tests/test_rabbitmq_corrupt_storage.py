@@ -174,7 +174,7 @@ def test_dead_letter_listing_survives_dead_letters_ackwise_did_not_write(
     queue = f"deadlist-{uuid.uuid4().hex[:12]}"
     try:
         adapter.declare(QueueSpec(queue))
-        dead = adapter._aux(queue, "dead")
+        dead = adapter._topology.aux(queue, "dead")
         letters: list[tuple[bytes, pika.BasicProperties]] = [
             (
                 b"a",

@@ -50,7 +50,7 @@ def _tier_objects(top: int) -> int:
 def _names(adapter: RabbitMQAdapter, queue: str) -> tuple[list[str], list[str]]:
     """Every queue and exchange the adapter could create for ``queue`` (``dlx``: earlier
     versions')."""
-    aux = adapter._aux
+    aux = adapter._topology.aux
     queues = [queue, aux(queue, "dead"), *(aux(queue, f"wait.{k}") for k in range(DELAY_TIERS))]
     exchanges = [aux(queue, "dlx"), aux(queue, "deliver")]
     exchanges += [aux(queue, f"delay.{k}") for k in range(DELAY_TIERS)]
@@ -92,7 +92,7 @@ def _existing(raw: Any, adapter: RabbitMQAdapter, queue: str) -> set[str]:
     if adapter.settings.management:
         listed = set()
         for kind in ("queues", "exchanges"):
-            items = adapter._management(f"/api/{kind}/%2F?columns=name")
+            items = adapter._browser.management(f"/api/{kind}/%2F?columns=name")
             assert items is not None, "the management API did not answer"
             listed |= {i["name"] for i in items if queue in i["name"]}
         assert listed == found, f"the broker lists {sorted(listed ^ found)} differently"
@@ -149,7 +149,7 @@ def test_declare_makes_two_objects_and_stats_purge_and_dead_letters_work_without
 ) -> None:
     adapter = _adapter(rabbitmq_url)
     queue = _queue()
-    dead = adapter._aux(queue, "dead")
+    dead = adapter._topology.aux(queue, "dead")
     try:
         adapter.declare(QueueSpec(queue))
         assert _existing(raw, adapter, queue) == {queue, dead}
@@ -277,7 +277,7 @@ def test_tiers_deleted_behind_the_adapters_back_cost_no_message(
         assert [i for i in got if i.startswith("i")] == ["i1", "i2", "i3"]
 
         # Only the tier's queue gone: its exchange returns the message (no queue took it).
-        _delete_tiers(raw, adapter, queue, only=adapter._aux(queue, "wait.8"))
+        _delete_tiers(raw, adapter, queue, only=adapter._topology.aux(queue, "wait.8"))
         adapter.publish(queue, [Outgoing("returned", b"x", delay=0.3)])
         assert _ids(_take(rabbitmq_url, queue, 1)) == ["returned"]
 
@@ -349,7 +349,7 @@ def test_tiers_and_delayed_messages_survive_a_broker_restart(
         adapter.declare(QueueSpec(queue))
         adapter.publish(queue, [Outgoing("across", b"x", delay=4.0)])  # tiers 0..11
         rabbitmq_broker.restart()
-        eventually(lambda: not adapter._alive, 10.0, description="the old connection gone")
+        eventually(lambda: not adapter._io.alive, 10.0, description="the old connection gone")
         # The adapter reconnects; it still counts on its tiers, which are durable.
         adapter.publish(queue, [Outgoing("remembered", b"x", delay=0.5)])
         fresh = _adapter(url)
@@ -372,7 +372,7 @@ def test_the_broker_dead_letters_past_the_delivery_limit_into_the_dead_letter_qu
     (through its own fanout exchange ``p.q.dlx``) keeps working: the exchange is bound again."""
     adapter = _adapter(rabbitmq_url)
     queue = _queue()
-    dlx, dead = adapter._aux(queue, "dlx"), adapter._aux(queue, "dead")
+    dlx, dead = adapter._topology.aux(queue, "dlx"), adapter._topology.aux(queue, "dead")
     try:
         if earlier:
             ch = raw.channel()
@@ -411,7 +411,7 @@ def test_priorities_accept_a_queue_declared_by_an_earlier_ackwise(
     sep = "&" if "?" in rabbitmq_url else "?"
     adapter = _adapter(rabbitmq_url + sep + "queue_type=classic&priorities=true")
     queue = _queue()
-    dlx = adapter._aux(queue, "dlx")
+    dlx = adapter._topology.aux(queue, "dlx")
     try:
         ch = raw.channel()
         ch.exchange_declare(dlx, "fanout", durable=True)

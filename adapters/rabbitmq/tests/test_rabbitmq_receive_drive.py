@@ -64,7 +64,7 @@ def _delete(url: str, *queues: str) -> None:
 
 
 def _driving(adapter: RabbitMQAdapter) -> bool:
-    return adapter._driving  # the receive holds the connection: the case under test
+    return adapter._io._driving  # the receive holds the connection: the case under test
 
 
 def test_calls_from_other_threads_run_while_a_receive_waits(rabbitmq_url: str) -> None:
@@ -143,16 +143,17 @@ def test_a_receive_that_finds_the_connection_closed_leaves_it_to_the_io_thread(
     cluster failover test's queue never drained).  It returns, the I/O thread shuts down on
     the closed connection, and the receive reports a transient error the worker survives."""
     adapter = _adapter(rabbitmq_url)
-    live = adapter._conn
+    io = adapter._io
+    live = io._conn
     closed = BlockingConnection(adapter.settings.connection_parameters())
     closed.close()
     try:
-        with adapter._io:  # as if the I/O thread were in its turn
-            adapter._conn = closed
+        with io._holder:  # as if the I/O thread were in its turn
+            io._conn = closed
             try:
-                adapter._drive(lambda: False, time.monotonic() + 1.0)
+                io.drive(lambda: False, time.monotonic() + 1.0)
             finally:
-                adapter._conn = live
+                io._conn = live
     finally:
         adapter.close()
 
@@ -179,13 +180,14 @@ def test_an_ack_while_the_io_thread_stands_aside_goes_out_from_the_caller(
         adapter.declare(QueueSpec(queue))
         adapter.publish(queue, [Outgoing("m", b"x")])
         (d,) = adapter.receive(queue, max_messages=1, wait=WAIT, lease=30.0)
-        assert adapter._aside, "the receive drove: the I/O thread stands aside"
+        assert adapter._io.aside, "the receive drove: the I/O thread stands aside"
         monkeypatch.setattr(_pika_private, "send_ack", recording)
         adapter.ack([d])
         assert acked_on == [threading.current_thread().name]
         # Sent, not only queued for a turn of the loop that nothing would make.
-        assert adapter._conn is not None
-        assert adapter._conn._impl._transport.get_write_buffer_size() == 0
+        conn = adapter._io._conn
+        assert conn is not None
+        assert conn._impl._transport.get_write_buffer_size() == 0
         adapter.close()  # what the broker did not take an ack for would go back to the queue
         observer = _adapter(rabbitmq_url)
         try:
@@ -213,7 +215,7 @@ def test_calls_after_the_connection_broke_under_a_caller_report_a_transient_loss
             got: list[Delivery] = []
             while len(got) < 2:
                 got += adapter.receive(queue, max_messages=2, wait=WAIT, lease=30.0)
-            assert adapter._aside, "the receive drove: callers run their own calls"
+            assert adapter._io.aside, "the receive drove: callers run their own calls"
             proxy.reset()
             time.sleep(0.2)  # the reset has reached the adapter's socket
             for d in got:

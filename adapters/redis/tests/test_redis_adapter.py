@@ -42,7 +42,7 @@ def queue(adapter: Adapter) -> str:
 
 def _raw(adapter: Adapter, *command: object) -> object:
     """Send one raw command on the adapter's connection (white-box checks)."""
-    conn = adapter._connection()  # type: ignore[attr-defined]
+    conn = adapter._server.connection()  # type: ignore[attr-defined]
     conn.send_command(*command)
     return conn.read_response()
 
@@ -296,7 +296,7 @@ def test_eviction_policy_warns_and_strict_refuses(
     strict = open_adapter(own_redis.url + "?strict=true")
     with pytest.raises(PermanentAdapterError, match=r"allkeys-lru.*strict=true"):
         strict.open()
-    assert not strict._link.is_open  # type: ignore[attr-defined]
+    assert not strict._server.link.is_open  # type: ignore[attr-defined]
 
 
 def test_config_command_disabled_is_tolerated(own_redis: BrokerHandle) -> None:
@@ -397,7 +397,7 @@ def test_a_waiting_receive_gets_a_message_published_while_it_waits_after_a_scrip
     time.sleep(0.3)  # the receive is blocked in its wait by now
     other = open_adapter(redis_url)
     other.open()
-    raw = other._link.connection()  # type: ignore[attr-defined]
+    raw = other._server.link.connection()  # type: ignore[attr-defined]
     raw.send_command("SCRIPT", "FLUSH")
     raw.read_response()
     other.publish(queue, [Outgoing("m1", b"body")])
@@ -427,7 +427,7 @@ def test_receive_later_whose_answer_was_lost_reports_a_transient_loss(
     adapter.publish(queue, [Outgoing("m1", b"one")])
     answer = adapter.receive_later(queue, max_messages=1, lease=0.5)
     assert answer is not None
-    ahead = adapter._ahead.connection()  # type: ignore[attr-defined]
+    ahead = adapter._server.ahead.connection()  # type: ignore[attr-defined]
     ahead.disconnect()  # the connection breaks before the answer is read
     with pytest.raises(TransientAdapterError):
         answer()

@@ -199,7 +199,7 @@ def test_wrong_password_is_authentication_failed_without_the_password(
 ) -> None:
     admin = open_adapter(own_redis.url)
     admin.open()
-    conn = admin._connection()  # type: ignore[attr-defined]
+    conn = admin._server.connection()  # type: ignore[attr-defined]
     conn.send_command("ACL", "SETUSER", "worker", "on", ">right-pw", "~*", "+@all")
     conn.read_response()
     admin.close()

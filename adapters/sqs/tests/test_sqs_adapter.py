@@ -50,11 +50,11 @@ def queue(adapter: Adapter) -> str:
 def _raw(adapter: SQSAdapter) -> Any:
     """The adapter's boto3 client (white-box checks)."""
     adapter.open()
-    return adapter._client
+    return adapter._client.boto
 
 
 def _queue_url(adapter: SQSAdapter, queue: str) -> str:
-    return adapter._queue(queue).url
+    return adapter._topology.queue(queue).url
 
 
 def _take_n(
@@ -506,7 +506,7 @@ def test_a_forked_child_opens_its_own_client_and_request_threads(
     adapter.publish(queue, [Outgoing(f"m{i}", b"x") for i in range(40)])
     got = _take_n(adapter, queue, 40)
     adapter.ack(got[:20])  # two requests at once: the parent's request threads exist now
-    assert adapter._io is not None
+    assert adapter._client._pool is not None
     pid = os.fork()
     if pid == 0:  # the child
         code = 1
@@ -542,7 +542,7 @@ def test_an_early_ack_carried_out_whose_answer_was_lost_is_done_when_asked_again
 
     adapter.publish(queue, [Outgoing("e1", b"one")])
     [d] = _take_n(adapter, queue, 1)
-    call = adapter._call
+    call = adapter._client.call
     lost = []
 
     def answer_lost(operation: str, **params: Any) -> Any:
@@ -552,7 +552,7 @@ def test_an_early_ack_carried_out_whose_answer_was_lost_is_done_when_asked_again
             raise TransientAdapterError("connection reset (the answer was lost)")
         return out
 
-    monkeypatch.setattr(adapter, "_call", answer_lost)
+    monkeypatch.setattr(adapter._client, "call", answer_lost)
     with pytest.raises(TransientAdapterError):
         adapter.ack_before_start([d])  # SQS deleted it; the worker cannot know
     assert lost, "the delete was carried out"

@@ -159,7 +159,7 @@ def test_an_annotated_dead_letter_over_the_size_limit_keeps_the_delivered_body(
         adapter.declare(QueueSpec(queue))
         adapter.publish(queue, [Outgoing("big", b"delivered")])
         [delivery] = adapter.receive(queue, max_messages=1, wait=1.0, lease=LEASE)
-        too_big = b"x" * (adapter._queue(queue).max_size + 1)
+        too_big = b"x" * (adapter._topology.queue(queue).max_size + 1)
         adapter.dead_letter(delivery, reason="failed", body=too_big)
         [dead] = adapter.dead_letters(queue)
         assert (dead.message_id, dead.reason, dead.body) == ("big", "failed", b"delivered")
@@ -177,8 +177,8 @@ def test_dead_letter_listing_survives_dead_letters_ackwise_did_not_write(sqs_url
     queue = f"deadlist-{uuid.uuid4().hex[:8]}"
     try:
         adapter.declare(QueueSpec(queue, max_deliveries=3))
-        client = adapter._client
-        dlq = adapter._queue(queue).dlq_url
+        client = adapter._client.boto
+        dlq = adapter._topology.queue(queue).dlq_url
         letters: list[tuple[str, Attributes]] = [
             ("a", {_ID: _string("a"), "ackwise-attempt": _string("nan")}),
             ("b", {_ID: _string("b"), "ackwise-attempt": _string("inf")}),

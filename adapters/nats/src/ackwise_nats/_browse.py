@@ -9,12 +9,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ackwise.spi import DeadLetter, QueueStats
-from ackwise_nats._base import H_ATTEMPT, H_DEAD_AT, H_ID, H_REASON, NatsBase
 from ackwise_nats._client import Client, StoredMsg
+from ackwise_nats._connection import Connection
 from ackwise_nats._errors import JetStreamError
+from ackwise_nats._headers import H_ATTEMPT, H_DEAD_AT, H_ID, H_REASON
 from ackwise_nats._names import READY_CONSUMER, QueueNames, decode
 
-__all__ = ["Browsing"]
+__all__ = ["Browser"]
 
 #: JetStream's "stream not found" and "consumer not found".
 _MISSING = (10059, 10014)
@@ -25,10 +26,18 @@ def _missing(exc: JetStreamError) -> bool:
     return exc.code == 404 and exc.err_code in _MISSING
 
 
-class Browsing(NatsBase):
+class Browser:
+    """Stats, dead letters, purge, deletion and the list of queues."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self.settings = connection.settings
+
     # -- stats -----------------------------------------------------------------------------
     def stats(self, queue: str) -> QueueStats:
-        result: QueueStats = self.call("stats", queue, self._stats, self.names(queue))
+        result: QueueStats = self._connection.call(
+            "stats", queue, self._stats, self._connection.names(queue)
+        )
         return result
 
     async def _stats(self, client: Client, names: QueueNames) -> QueueStats:
@@ -96,8 +105,8 @@ class Browsing(NatsBase):
         return m.headers.get(H_ID) or f"corrupt-{m.seq}"
 
     def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
-        names = self.names(queue)
-        found: list[StoredMsg] = self.call(
+        names = self._connection.names(queue)
+        found: list[StoredMsg] = self._connection.call(
             "dead_letters", queue, self._scan, names.dead_stream, names.dead, 1, limit
         )
         out = []
@@ -120,7 +129,9 @@ class Browsing(NatsBase):
         return out
 
     def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
-        count: int = self.call("requeue_dead", queue, self._requeue, self.names(queue), message_ids)
+        count: int = self._connection.call(
+            "requeue_dead", queue, self._requeue, self._connection.names(queue), message_ids
+        )
         return count
 
     async def _requeue(self, client: Client, names: QueueNames, ids: Sequence[str]) -> int:
@@ -150,8 +161,8 @@ class Browsing(NatsBase):
         return bool(answer.get("success"))
 
     def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
-        count: int = self.call(
-            "delete_dead", queue, self._delete_dead, self.names(queue), message_ids
+        count: int = self._connection.call(
+            "delete_dead", queue, self._delete_dead, self._connection.names(queue), message_ids
         )
         return count
 
@@ -179,7 +190,9 @@ class Browsing(NatsBase):
         return int(answer.get("purged", 0))
 
     def purge(self, queue: str) -> int:
-        count: int = self.call("purge", queue, self._purge_queue, self.names(queue))
+        count: int = self._connection.call(
+            "purge", queue, self._purge_queue, self._connection.names(queue)
+        )
         return count
 
     async def _purge_queue(self, client: Client, names: QueueNames) -> int:
@@ -200,8 +213,9 @@ class Browsing(NatsBase):
         return count
 
     def delete_queue(self, queue: str) -> None:
-        self.call("delete_queue", queue, self._delete_queue, self.names(queue))
-        self._forget(queue)
+        self._connection.call(
+            "delete_queue", queue, self._delete_queue, self._connection.names(queue)
+        )
 
     async def _delete_queue(self, client: Client, names: QueueNames) -> None:
         for stream in (names.stream, names.dead_stream):
@@ -211,11 +225,8 @@ class Browsing(NatsBase):
                 if not _missing(exc):
                     raise
 
-    def _forget(self, queue: str) -> None:
-        """Forget that ``queue`` was declared (the adapter's cache)."""
-
     def queues(self) -> Sequence[str]:
-        names: list[str] = self.call("queues", None, self._queues)
+        names: list[str] = self._connection.call("queues", None, self._queues)
         return names
 
     async def _queues(self, client: Client) -> list[str]:

@@ -1,5 +1,6 @@
 """Publishing: ready messages, delayed ones (a not-before header on the delayed subject) and
-dead letters, each batch pipelined and confirmed by the stream's PubAcks."""
+dead letters, each batch pipelined and confirmed by the stream's PubAcks.  What is published
+was checked (delays, priorities) by the adapter."""
 
 from __future__ import annotations
 
@@ -7,20 +8,23 @@ import time
 from collections.abc import Sequence
 
 from ackwise.spi import Outgoing
-from ackwise_nats._base import H_ATTEMPT, H_DEAD_AT, H_ID, H_NOT_BEFORE, H_REASON, NatsBase
 from ackwise_nats._client import Client
+from ackwise_nats._connection import Connection
+from ackwise_nats._headers import H_ATTEMPT, H_DEAD_AT, H_ID, H_NOT_BEFORE, H_REASON
 
-__all__ = ["Publishing"]
+__all__ = ["Publisher"]
 
 Item = tuple[str, bytes, dict[str, str]]
 
 
-class Publishing(NatsBase):
+class Publisher:
+    """Publishes through the connection: ready, delayed and dead messages."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
     def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
-        self.check_priorities(messages)
-        for m in messages:
-            self.check_delay(m.delay)
-        names = self.names(queue)
+        names = self._connection.names(queue)
         now = time.time()
         items: list[Item] = []
         for m in messages:
@@ -29,14 +33,13 @@ class Publishing(NatsBase):
                 items.append((names.delayed, m.body, headers))
             else:
                 items.append((names.ready, m.body, {H_ID: m.id}))
-        self.call("publish", queue, Client.publish_all, items)
+        self._connection.call("publish", queue, Client.publish_all, items)
 
     def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
-        self.check_priorities(messages)
-        names = self.names(queue)
+        names = self._connection.names(queue)
         now = f"{time.time():.6f}"
         items: list[Item] = [
             (names.dead, m.body, {H_ID: m.id, H_REASON: reason, H_DEAD_AT: now, H_ATTEMPT: "1"})
             for m in messages
         ]
-        self.call("publish_dead", queue, Client.publish_all, items)
+        self._connection.call("publish_dead", queue, Client.publish_all, items)

@@ -33,12 +33,13 @@ from dataclasses import dataclass
 
 from ackwise.errors import QueueNotFound, TransientAdapterError
 from ackwise.spi import Delivery
-from ackwise_nats._base import H_ATTEMPTS, H_ID, H_NOT_BEFORE, NatsBase
 from ackwise_nats._client import Client, Pulled
+from ackwise_nats._connection import Connection
 from ackwise_nats._errors import JetStreamError
+from ackwise_nats._headers import H_ATTEMPTS, H_ID, H_NOT_BEFORE
 from ackwise_nats._names import DELAYED_CONSUMER, READY_CONSUMER, QueueNames
 
-__all__ = ["NatsReceipt", "Receiving", "nak_delay"]
+__all__ = ["NatsReceipt", "Receiver", "nak_delay"]
 
 #: A receive that waits polls the ready consumer, first after this pause, then after pauses
 #: doubling up to the next (so an idle consumer makes about 10 requests a second).
@@ -64,6 +65,7 @@ class NatsReceipt:
 
 
 def nak_delay(seconds: float) -> bytes:
+    """A ``-NAK`` that has JetStream deliver the message again ``seconds`` from now."""
     return b'-NAK {"delay": %d}' % max(1, int(seconds * 1e9))
 
 
@@ -74,14 +76,22 @@ def _float(text: str | None) -> float | None:
         return None
 
 
-class Receiving(NatsBase):
+class Receiver:
+    """Pulls under a lease, and moves due delayed messages."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self.settings = connection.settings
+        #: Per queue, the soonest a delayed message this adapter saw comes due.
+        self.due_hints: dict[str, float] = {}
+
     def receive(
         self, queue: str, *, max_messages: int, wait: float, lease: float
     ) -> Sequence[Delivery]:
         if max_messages <= 0:
             return []
-        names = self.names(queue)
-        result: list[Delivery] = self.call(
+        names = self._connection.names(queue)
+        result: list[Delivery] = self._connection.call(
             "receive",
             queue,
             self._receive,

@@ -2,9 +2,9 @@
 nacks and dead letters, each answered by the server before the call returns.
 
 JetStream applies an ack to whatever delivery of the message is pending, an older one's too,
-so a receipt is checked here (:meth:`Settling._split`): stale once settled, or from
+so a receipt is checked here (:meth:`Settler._split`): stale once settled, or from
 :data:`_FENCE` seconds before its lease's deadline (the ack could arrive after it).  The check
-that counts is made on the loop, right before the request goes (:meth:`Settling._acks`): a
+that counts is made on the loop, right before the request goes (:meth:`Settler._acks`): a
 check on the calling thread can be seconds old by then (the process paused, a busy loop), and
 an ack sent after the lease ended would remove another consumer's delivery.  A lease extension
 counts only when its answer came before the old deadline: one that reached the server later
@@ -19,12 +19,12 @@ from collections.abc import Iterable, Sequence
 
 from ackwise.errors import PermanentAdapterError, StaleReceipt
 from ackwise.spi import Delivery
-from ackwise_nats._base import H_ATTEMPT, H_ATTEMPTS, H_DEAD_AT, H_ID, H_NOT_BEFORE, H_REASON
 from ackwise_nats._client import Client
-from ackwise_nats._publish import Publishing
-from ackwise_nats._receive import NatsReceipt, Receiving, nak_delay
+from ackwise_nats._connection import Connection
+from ackwise_nats._headers import H_ATTEMPT, H_ATTEMPTS, H_DEAD_AT, H_ID, H_NOT_BEFORE, H_REASON
+from ackwise_nats._receive import NatsReceipt, nak_delay
 
-__all__ = ["Settling"]
+__all__ = ["Settler"]
 
 #: Settling this close to a lease's deadline counts as stale: the ack could arrive after it.
 _FENCE = 0.2
@@ -37,7 +37,13 @@ def _receipt(d: Delivery) -> NatsReceipt:
     return r
 
 
-class Settling(Publishing, Receiving):
+class Settler:
+    """Acks, lease extensions, nacks and dead letters, behind the fence of each receipt."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self.settings = connection.settings
+
     @staticmethod
     def _split(deliveries: Iterable[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
         """Split into (valid, stale) by what this adapter knows of each lease."""
@@ -73,14 +79,14 @@ class Settling(Publishing, Receiving):
         removed already, and the fence still vouches that the lease was ours."""
         valid, stale = self._split(deliveries)
         if valid:
-            stale += self.call("ack", valid[0].queue, self._acks, valid, b"+ACK")
+            stale += self._connection.call("ack", valid[0].queue, self._acks, valid, b"+ACK")
         if stale:
             raise StaleReceipt(stale, "ack")
 
     def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
         valid, stale = self._split(deliveries)
         if valid:
-            stale += self.call("extend", valid[0].queue, self._extend, valid, lease)
+            stale += self._connection.call("extend", valid[0].queue, self._extend, valid, lease)
         if stale:
             raise StaleReceipt(stale, "extend")
 
@@ -110,10 +116,11 @@ class Settling(Publishing, Receiving):
         return late
 
     def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
-        self.check_delay(delay)
+        """A copy goes back (after ``delay`` seconds, checked by the adapter), then the
+        original is acked."""
         _, stale = self._split([delivery])
         if not stale:
-            stale = self.call("nack", delivery.queue, self._nack, delivery, delay)
+            stale = self._connection.call("nack", delivery.queue, self._nack, delivery, delay)
         if stale:
             raise StaleReceipt(stale, "nack")
 
@@ -124,7 +131,7 @@ class Settling(Publishing, Receiving):
         # once: a -NAK'ed message stays ack-pending until pulled again) or, with a delay, to
         # the delayed one; then the original goes.  A crash in between leaves both: delivered
         # twice, never lost.  A nack asked again after a broker error copies once (dedup id).
-        names = self.names(d.queue)
+        names = self._connection.names(d.queue)
         headers = {
             H_ID: d.message_id,
             H_ATTEMPTS: str(d.attempt),
@@ -140,7 +147,7 @@ class Settling(Publishing, Receiving):
     def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
         _, stale = self._split([delivery])
         if not stale:
-            stale = self.call(
+            stale = self._connection.call(
                 "dead_letter", delivery.queue, self._dead_letter, delivery, reason, body
             )
         if stale:
@@ -157,6 +164,6 @@ class Settling(Publishing, Receiving):
             H_DEAD_AT: f"{time.time():.6f}",
             H_ATTEMPT: str(d.attempt),
         }
-        dead = self.names(d.queue).dead
+        dead = self._connection.names(d.queue).dead
         await client.publish_all([(dead, d.body if body is None else body, headers)])
         return await self._acks(client, [d], b"+ACK")

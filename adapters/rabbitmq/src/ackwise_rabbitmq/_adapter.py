@@ -6,10 +6,10 @@ never stops turning its loop (``process_data_events``): heartbeats keep flowing 
 CPU-bound task runs in the worker's executor.  The worker's consumer thread calls the adapter;
 every pika call is handed to the I/O thread (a command queue woken by
 ``add_callback_threadsafe``).  An idle worker's ``receive``, waiting for a delivery, turns the
-loop itself meanwhile (:meth:`_IOThread._drive`): the delivery reaches it without a hand-off.
+loop itself meanwhile (:meth:`IOThread.drive <ackwise_rabbitmq._io.IOThread.drive>`): the delivery reaches it without a hand-off.
 The I/O thread then stands aside until a call wakes it or 0.5 s pass; a call made meanwhile
 while no receive drives (the acks of finished tasks) runs on the caller's thread
-(:meth:`_IOThread._run_own_call`), as a producer's calls do while nothing consumes.
+(:meth:`IOThread._run_own_call <ackwise_rabbitmq._io.IOThread._run_own_call>`), as a producer's calls do while nothing consumes.
 
 **Receiving**: the first ``receive`` of a queue starts a consumer (``basic.consume``) whose
 window (``basic.qos``, per consumer) is what the worker asked for; the broker pushes into an
@@ -44,7 +44,7 @@ A queue declared by an earlier ackwise dead-letters through a fanout exchange ``
 (bound to ``p.q.dead``), which is kept.  The adapter remembers which tiers it declared; a
 publish into a tier deleted since (``delete_queue`` elsewhere) is refused by RabbitMQ, never
 dropped (a closed channel, a returned message): the tiers are declared again and what was not
-stored is sent again (:mod:`ackwise_rabbitmq._publish`).
+stored is sent again (:mod:`ackwise_rabbitmq._publish`, :mod:`ackwise_rabbitmq._confirms`).
 
 **Delays** are binary: a delay of ``d`` ms is published with the routing key of its 32 bits
 (``"b31.b30.….b0"``) to the exchange of its highest set bit; exchange ``k`` routes a message
@@ -80,31 +80,49 @@ deliveries.  ``oldest_age`` likewise needs the management API (0.0 without).
 whole dead-letter queue through a channel of its own (``basic.get``) and closes it to put back
 what stays: O(size of the dead-letter queue) per call; deleting all is one ``queue.purge``.
 
-**Code**: the adapter is composed of one part per concern, each a class in its own module
-building on the one before: :mod:`~ackwise_rabbitmq._io` (the connection, its I/O thread and
-the calls handed to it), :mod:`~ackwise_rabbitmq._topology` (names, declaration, delay tiers),
-:mod:`~ackwise_rabbitmq._publish` (confirmed publishing), :mod:`~ackwise_rabbitmq._consume`
-(consumer windows, receiving, settling) and :mod:`~ackwise_rabbitmq._browse` (stats, dead
-letters).  :mod:`~ackwise_rabbitmq._messages` reads and writes the messages' headers, and
-:mod:`~ackwise_rabbitmq._pika_private` is the only code that touches pika's private API.
+**Code**: the adapter holds one object per concern and hands each call to the one it concerns:
+the connection (:class:`~ackwise_rabbitmq._io.IOThread`: its I/O thread, the calls handed to
+it, and the publishing channel's confirms, :mod:`~ackwise_rabbitmq._confirms`), the topology
+(:class:`~ackwise_rabbitmq._topology.Topology`: names, declaration, delay tiers), the
+publisher (:class:`~ackwise_rabbitmq._publish.Publisher`: routing, confirmed publishing), the
+consumer (:class:`~ackwise_rabbitmq._consume.Consumer`: consumer windows, receiving,
+settling; it hears of each connection as the I/O thread's listener) and the browser
+(:class:`~ackwise_rabbitmq._browse.Browser`: stats, dead letters).  Each builds on those
+before it, by their methods only.  :mod:`~ackwise_rabbitmq._messages` reads and writes the
+messages' headers, and :mod:`~ackwise_rabbitmq._pika_private` is the only code that touches
+pika's private API.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
-from ackwise.spi import AttemptCount, BrokerURL, Capabilities, LeaseExtension
-from ackwise_rabbitmq._browse import _Browsing
-from ackwise_rabbitmq._consume import Receipt, _Consuming
-from ackwise_rabbitmq._io import _IOThread
+from ackwise.errors import MessageTooLarge, UnsupportedCapability
+from ackwise.spi import (
+    Adapter,
+    AttemptCount,
+    BrokerURL,
+    Capabilities,
+    DeadLetter,
+    Delivery,
+    LeaseExtension,
+    Outgoing,
+    QueueSpec,
+    QueueStats,
+)
+from ackwise_rabbitmq._browse import Browser
+from ackwise_rabbitmq._consume import Consumer, Receipt
+from ackwise_rabbitmq._io import IOThread
 from ackwise_rabbitmq._messages import MAX_MESSAGE_SIZE
-from ackwise_rabbitmq._publish import _Publishing
-from ackwise_rabbitmq._topology import DELAY_TIERS, MAX_DELAY_MS, _Topology
+from ackwise_rabbitmq._publish import Publisher
+from ackwise_rabbitmq._topology import DELAY_TIERS, MAX_DELAY_MS, Topology
+from ackwise_rabbitmq._url import RabbitMQSettings, parse_rabbitmq_url
 
 __all__ = ["DELAY_TIERS", "MAX_MESSAGE_SIZE", "RabbitMQAdapter", "Receipt"]
 
 
-class RabbitMQAdapter(_Browsing, _Consuming, _Publishing, _Topology, _IOThread):
+class RabbitMQAdapter(Adapter):
     """Adapter for one RabbitMQ node (or a cluster behind one address)."""
 
     name = "rabbitmq"
@@ -131,6 +149,7 @@ class RabbitMQAdapter(_Browsing, _Consuming, _Publishing, _Topology, _IOThread):
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
+        self.settings: RabbitMQSettings = parse_rabbitmq_url(url)
         # How long the broker lets a delivery stay unacknowledged is the URL's
         # consumer_timeout (AMQP cannot read it).
         # Without the management API, stats() sees only this connection's unacknowledged
@@ -141,6 +160,13 @@ class RabbitMQAdapter(_Browsing, _Consuming, _Publishing, _Topology, _IOThread):
             global_in_flight=bool(self.settings.management),
             priorities=self.settings.priorities,
         )
+        settings = self.settings
+        self._io = IOThread(settings)
+        self._topology = Topology(settings, self._io)
+        self._publisher = Publisher(settings, self._io, self._topology)
+        self._consumer = Consumer(settings, self._io, self._topology, self._publisher)
+        self._io.listen(self._consumer)
+        self._browser = Browser(settings, self._io, self._topology, self._publisher, self._consumer)
 
     @classmethod
     def lease_options(cls, lease: float) -> dict[str, str]:
@@ -150,3 +176,107 @@ class RabbitMQAdapter(_Browsing, _Consuming, _Publishing, _Topology, _IOThread):
 
     def __repr__(self) -> str:
         return f"<RabbitMQAdapter {self.settings.where} {self.settings.queue_type}>"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def open(self) -> None:
+        self._io.open()
+
+    def close(self) -> None:
+        self._io.close()
+
+    # -- topology --------------------------------------------------------------------------
+    def declare(self, queue: QueueSpec) -> None:
+        self._topology.declare(queue)
+
+    def delete_queue(self, queue: str) -> None:
+        """Delete the queue, its dead-letter and delay queues, and its exchanges (every name
+        ackwise could have declared: what does not exist is skipped)."""
+        self._topology.delete_queue(queue)
+
+    # -- producing -------------------------------------------------------------------------
+    def _check(self, messages: Sequence[Outgoing]) -> None:
+        for m in messages:
+            if len(m.body) > MAX_MESSAGE_SIZE:
+                raise MessageTooLarge(
+                    f"message {m.id}: {len(m.body)} bytes exceeds the RabbitMQ broker's limit "
+                    f"of {MAX_MESSAGE_SIZE}; nothing was published"
+                )
+            if m.delay > 0:
+                self.check_delay(m.delay)
+        self.check_priorities(messages)
+
+    def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        if not messages:
+            return
+        self._topology.check_name(queue)
+        self._check(messages)
+        self._publisher.publish(queue, messages)
+
+    def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
+        if not messages:
+            return
+        self._topology.check_name(queue)
+        self._check(messages)
+        self._publisher.publish_dead(queue, messages, reason=reason)
+
+    # -- consuming -------------------------------------------------------------------------
+    def receive(
+        self, queue: str, *, max_messages: int, wait: float, lease: float
+    ) -> Sequence[Delivery]:
+        return self._consumer.receive(queue, max_messages=max_messages, wait=wait, lease=lease)
+
+    def stop_receiving(self) -> None:
+        """Cancel every consumer and give back at once what they pushed and no one took."""
+        self._consumer.stop_receiving()
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Late acks, posted without waiting for an answer: see
+        :meth:`Consumer.ack <ackwise_rabbitmq._consume.Consumer.ack>`."""
+        self._consumer.ack(deliveries)
+
+    def ack_before_start(self, deliveries: Sequence[Delivery]) -> None:
+        """Ack, then wait for the broker to have taken the acks in (``Ack.EARLY``): see
+        :meth:`Consumer.ack_before_start <ackwise_rabbitmq._consume.Consumer.ack_before_start>`."""
+        self._consumer.ack_before_start(deliveries)
+
+    def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
+        # Connection-based leases: nothing to move; stale receipts still raise.
+        self._consumer.extend(deliveries)
+
+    def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
+        self.check_delay(delay)
+        self._consumer.nack(delivery, delay=delay)
+
+    def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
+        self._consumer.dead_letter(delivery, reason=reason, body=body)
+
+    # -- inspection ------------------------------------------------------------------------
+    def stats(self, queue: str) -> QueueStats:
+        self._topology.check_name(queue)
+        return self._browser.stats(queue)
+
+    def queues(self) -> Sequence[str]:
+        names = self._browser.queues()
+        if names is None:
+            raise UnsupportedCapability(
+                self.name, "listing queues", "needs the management API (?management=http://…)"
+            )
+        return names
+
+    def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
+        self._topology.check_name(queue)
+        return self._browser.dead_letters(queue, limit=limit)
+
+    def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        self._topology.check_name(queue)
+        return self._browser.requeue_dead(queue, message_ids)
+
+    def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
+        self._topology.check_name(queue)
+        return self._browser.delete_dead(queue, message_ids)
+
+    def purge(self, queue: str) -> int:
+        """Empty the queue and its delay tiers (those that exist; they stay declared: a
+        publisher elsewhere may count on them)."""
+        self._topology.check_name(queue)
+        return self._browser.purge(queue)

@@ -19,45 +19,63 @@ from typing import Any
 import pika.exceptions as px
 from pika.adapters.blocking_connection import BlockingChannel
 
-from ackwise.errors import QueueNotFound, UnsupportedCapability
+from ackwise.errors import QueueNotFound
 from ackwise.spi import DeadLetter, QueueStats
-from ackwise_rabbitmq._consume import _Consuming
+from ackwise_rabbitmq._consume import Consumer
+from ackwise_rabbitmq._io import IOThread
 from ackwise_rabbitmq._messages import _dead_letter_of, _priority
-from ackwise_rabbitmq._topology import DELAY_TIERS
+from ackwise_rabbitmq._publish import Publisher
+from ackwise_rabbitmq._topology import DELAY_TIERS, Topology
+from ackwise_rabbitmq._url import RabbitMQSettings
+
+__all__ = ["Browser"]
 
 # The adapter's one logger, named as before it was split into modules.
 log = logging.getLogger("ackwise_rabbitmq._adapter")
 
 
-class _Browsing(_Consuming):
+class Browser:
     """Counts (``queue.declare`` passive, the management API), dead-letter queue reads."""
+
+    def __init__(
+        self,
+        settings: RabbitMQSettings,
+        io: IOThread,
+        topology: Topology,
+        publisher: Publisher,
+        consumer: Consumer,
+    ) -> None:
+        self.settings = settings
+        self._io = io
+        self._topology = topology
+        self._publisher = publisher
+        self._consumer = consumer
 
     # -- inspection ------------------------------------------------------------------------
     def _counts(self, queue: str) -> tuple[int, int, int]:
-        ready = self._exists(queue)
+        exists, aux = self._topology.exists, self._topology.aux
+        ready = exists(queue)
         if ready is None:
             raise QueueNotFound(f"{self.settings.where}: queue {queue!r} does not exist")
         # The delay tiers that exist are 0 to some k (declared from the bottom up when a delay
-        # first needs them, :meth:`_declare_tiers`): count up to the first one missing.
+        # first needs them, :meth:`~ackwise_rabbitmq._topology.Topology.declare_tiers`):
+        # count up to the first one missing.
         delayed = 0
         for k in range(DELAY_TIERS):
-            waiting = self._exists(self._aux(queue, f"wait.{k}"))
+            waiting = exists(aux(queue, f"wait.{k}"))
             if waiting is None:
                 break
             delayed += waiting
-        dead = self._exists(self._aux(queue, "dead")) or 0
+        dead = exists(aux(queue, "dead")) or 0
         return ready, delayed, dead
 
     def stats(self, queue: str) -> QueueStats:
-        self._check_name(queue)
         started = time.monotonic()
-        ready, delayed, dead = self._call(lambda: self._counts(queue))
-        with self._lock:
-            mine = sum(1 for q in self._unacked.values() if q == queue)
-            # Pushed to this adapter's consumer but handed to no one: ready as far as ackwise
-            # is concerned (they go back to the queue at a graceful stop); the broker, and
-            # so any other process, counts them unacknowledged.
-            pushed = len(self._inbox.get(queue, ()))
+        ready, delayed, dead = self._io.call(lambda: self._counts(queue))
+        # ``pushed``: pushed to this adapter's consumer but handed to no one: ready as far as
+        # ackwise is concerned (they go back to the queue at a graceful stop); the broker, and
+        # so any other process, counts them unacknowledged.
+        mine, pushed = self._consumer.held(queue)
         info = None
         if self.settings.management:
             # Totals at least as new as this call began (see the URL's management_lag).
@@ -79,7 +97,7 @@ class _Browsing(_Consuming):
         """The queue's live totals from the management API (not its sampled statistics)."""
         vhost = urllib.parse.quote(self.settings.vhost, safe="")
         name = urllib.parse.quote(queue, safe="")
-        found = self._management(
+        found = self.management(
             f"/api/queues/{vhost}?name={name}&use_regex=false&disable_stats=true"
             "&enable_queue_totals=true&columns=name,messages,messages_ready,"
             "messages_unacknowledged"
@@ -90,7 +108,8 @@ class _Browsing(_Consuming):
                 return dict(item)
         return None
 
-    def _management(self, path: str) -> Any:
+    def management(self, path: str) -> Any:
+        """The management API's answer at ``path``, or None without it (or on its failure)."""
         base = self.settings.management
         if not base:
             return None
@@ -106,13 +125,12 @@ class _Browsing(_Consuming):
             log.warning("RabbitMQ management API at %s: %s", base, exc)
             return None
 
-    def queues(self) -> Sequence[str]:
+    def queues(self) -> Sequence[str] | None:
+        """The queues of the vhost but ackwise's own, or None without the management API."""
         vhost = urllib.parse.quote(self.settings.vhost, safe="")
-        info = self._management(f"/api/queues/{vhost}?columns=name")
+        info = self.management(f"/api/queues/{vhost}?columns=name")
         if info is None:
-            raise UnsupportedCapability(
-                self.name, "listing queues", "needs the management API (?management=http://…)"
-            )
+            return None
         prefix = self.settings.prefix + "."
         return sorted(q["name"] for q in info if not q["name"].startswith(prefix))
 
@@ -128,7 +146,7 @@ class _Browsing(_Consuming):
         from the channel to the queue before the channel answers the ``basic.qos`` after it,
         so they are back in the queue before any later request reaches it.
         """
-        with self._temp_channel() as ch:
+        with self._io.temp_channel() as ch:
             yield ch
             if ch.is_open:
                 ch.basic_nack(delivery_tag=0, multiple=True, requeue=True)
@@ -139,7 +157,7 @@ class _Browsing(_Consuming):
     ) -> list[tuple[int, DeadLetter, int]]:
         """(delivery tag, dead letter, priority) of up to ``limit`` dead letters."""
         out: list[tuple[int, DeadLetter, int]] = []
-        dead = self._aux(queue, "dead")
+        dead = self._topology.aux(queue, "dead")
         while limit is None or len(out) < limit:
             method, props, body = ch.basic_get(dead, auto_ack=False)
             if method is None:
@@ -149,16 +167,13 @@ class _Browsing(_Consuming):
         return out
 
     def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
-        self._check_name(queue)
-
         def run() -> list[DeadLetter]:
             with self._reading_dead() as ch:
                 return [d for _, d, _ in self._read_dead(ch, queue, limit)]
 
-        return self._call(run, timeout=120.0)
+        return self._io.call(run, timeout=120.0)
 
     def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
-        self._check_name(queue)
         wanted = set(message_ids)
 
         def run() -> int:
@@ -168,19 +183,22 @@ class _Browsing(_Consuming):
                     if d.message_id not in wanted:
                         continue
                     # Confirmed on the queue first, then removed from the dead letters.
-                    props = self._properties(d.message_id, priority=priority)
-                    self._publish_now([("", queue, d.body, props)])
+                    props = self._publisher.properties(d.message_id, priority=priority)
+                    self._publisher.publish_tiered(
+                        queue, [("", queue, d.body, props)], -1, io_thread=True
+                    )
                     ch.basic_ack(tag)
                     moved += 1
                 return moved
 
-        return self._call(run, timeout=300.0)
+        return self._io.call(run, timeout=300.0)
 
     def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
-        self._check_name(queue)
-        dead = self._aux(queue, "dead")
+        dead = self._topology.aux(queue, "dead")
         if message_ids is None:
-            return self._call(lambda: int(self._admin().queue_purge(dead).method.message_count))
+            return self._io.call(
+                lambda: int(self._io.admin().queue_purge(dead).method.message_count)
+            )
         wanted = set(message_ids)
 
         def run() -> int:
@@ -192,25 +210,24 @@ class _Browsing(_Consuming):
                         gone += 1
                 return gone
 
-        return self._call(run, timeout=300.0)
+        return self._io.call(run, timeout=300.0)
 
     def purge(self, queue: str) -> int:
         """Empty the queue and its delay tiers (those that exist; they stay declared: a
         publisher elsewhere may count on them)."""
-        self._check_name(queue)
 
         def run() -> int:
-            total = int(self._admin().queue_purge(queue).method.message_count)
+            total = int(self._io.admin().queue_purge(queue).method.message_count)
             for k in range(DELAY_TIERS):
-                total += self._purge_if_exists(self._aux(queue, f"wait.{k}"))
+                total += self._purge_if_exists(self._topology.aux(queue, f"wait.{k}"))
             return total
 
-        return self._call(run)
+        return self._io.call(run)
 
     def _purge_if_exists(self, name: str) -> int:
         """Purge queue ``name``: how many messages it held, 0 if it does not exist."""
         try:
-            return int(self._admin().queue_purge(name).method.message_count)
+            return int(self._io.admin().queue_purge(name).method.message_count)
         except px.ChannelClosedByBroker as exc:
             if exc.reply_code != 404:
                 raise

@@ -55,7 +55,8 @@ class _Call:
         self.fn = fn
         self.detached = detached  # nobody waits for it: its error is logged
         #: A confirmed publish of these messages: publishes queued behind one another go
-        #: out while earlier ones await their confirms (:meth:`_IOThread._run_publishes`).
+        #: out while earlier ones await their confirms
+        #: (:meth:`~ackwise_rabbitmq._io.IOThread._run_publishes`).
         self.publish = publish
         self.done = _Done()
         self.result: Any = None

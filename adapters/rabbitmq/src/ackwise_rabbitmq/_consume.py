@@ -21,9 +21,9 @@ from ackwise.errors import (
     TransientAdapterError,
     UnsupportedCapability,
 )
-from ackwise.spi import BrokerURL, Delivery, Outgoing
+from ackwise.spi import Delivery, Outgoing
 from ackwise_rabbitmq import _pika_private
-from ackwise_rabbitmq._io import _ConnectionLost
+from ackwise_rabbitmq._io import IOThread
 from ackwise_rabbitmq._messages import (
     H_DELIVERIES,
     _attempt,
@@ -32,8 +32,11 @@ from ackwise_rabbitmq._messages import (
     _message_id,
     _priority,
 )
-from ackwise_rabbitmq._publish import _delay_ms, _Publishing
-from ackwise_rabbitmq._topology import _tier
+from ackwise_rabbitmq._publish import Publisher, delay_ms
+from ackwise_rabbitmq._topology import Topology, tier
+from ackwise_rabbitmq._url import RabbitMQSettings
+
+__all__ = ["Consumer", "Receipt"]
 
 # The adapter's one logger, named as before it was split into modules.
 log = logging.getLogger("ackwise_rabbitmq._adapter")
@@ -76,12 +79,20 @@ class _Consumer:
     outstanding: int = 0  # pushed and not settled (in the inbox or handed out)
 
 
-class _Consuming(_Publishing):
+class Consumer:
     """Consumer windows, the inbox, and the unsettled deliveries of this connection (guarded by
-    ``_lock``; the windows' ``basic.qos`` is the I/O thread's)."""
+    the connection's lock, :attr:`IOThread.lock <ackwise_rabbitmq._io.IOThread.lock>`; the
+    windows' ``basic.qos`` is the I/O thread's).  It hears of each new connection, and of each
+    one lost, as the connection's :class:`~ackwise_rabbitmq._io.ConnectionListener`."""
 
-    def __init__(self, url: BrokerURL) -> None:
-        super().__init__(url)
+    def __init__(
+        self, settings: RabbitMQSettings, io: IOThread, topology: Topology, publisher: Publisher
+    ) -> None:
+        self.settings = settings
+        self._io = io
+        self._lock = io.lock
+        self._topology = topology
+        self._publisher = publisher
         self._unacked: dict[int, str] = {}  # delivery tag -> queue, of this generation
         # Pushed by a consumer, not yet taken by ``receive`` (guarded by ``_lock``):
         self._inbox: dict[str, collections.deque[_Raw]] = {}
@@ -90,31 +101,35 @@ class _Consuming(_Publishing):
         self._qos = 0  # owned by the I/O thread
         self._receivers_waiting = 0  # receives waiting for a push (guarded by ``_lock``)
 
-    def _begin_generation(self) -> None:
+    # -- the connection's comings and goings (ConnectionListener) --------------------------
+    def connection_began(self) -> None:
+        """A new connection is up: forget the previous one's windows (lock held)."""
         self._qos = 0
         self._unacked.clear()
         self._inbox.clear()
         self._consumers.clear()
-        super()._begin_generation()
 
-    def _end_generation(self) -> None:
+    def connection_ended(self) -> None:
+        """The connection is gone: forget its deliveries (lock held)."""
         self._unacked.clear()
         self._inbox.clear()  # unacked at the broker: closing the connection requeues them
         self._consumers.clear()
-        super()._end_generation()
 
     # -- consuming -------------------------------------------------------------------------
     def receive(
         self, queue: str, *, max_messages: int, wait: float, lease: float
     ) -> Sequence[Delivery]:
+        """Up to ``max_messages`` pushed messages of ``queue``, waiting up to ``wait``
+        seconds for one; the first receive of a queue starts its consumer window."""
         if max_messages <= 0:
             return []
-        self._consuming = True  # the I/O thread turns the loop without pause from now on
-        self._ensure_open()
+        io = self._io
+        io.consuming()  # the I/O thread turns the loop without pause from now on
+        io.ensure_open()
         raws = self._take(queue, max_messages)
-        if not raws and wait <= 0 and self._aside:
+        if not raws and wait <= 0 and io.aside:
             # The I/O thread stands aside since a receive drove: take in what came here.
-            self._drive(lambda: bool(self._inbox.get(queue)), time.monotonic(), take=False)
+            io.drive(lambda: bool(self._inbox.get(queue)), time.monotonic(), take=False)
             raws = self._take(queue, max_messages)
         if not raws:
             with self._lock:
@@ -148,12 +163,12 @@ class _Consuming(_Publishing):
                     more = max(want, 1)
                 else:
                     more = max(want + want // 4 - credit, credit if short else credit // 2, 1)
-                self._call(lambda: self._add_consumer(queue, more, n))
+                io.call(lambda: self._add_consumer(queue, more, n))
             if wait > 0:
                 deadline = time.monotonic() + wait
-                self._drive(lambda: bool(self._inbox.get(queue)), deadline)
+                io.drive(lambda: bool(self._inbox.get(queue)), deadline)
                 with self._lock:
-                    while not self._inbox.get(queue) and self._alive:
+                    while not self._inbox.get(queue) and io.alive:
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:
                             break
@@ -162,7 +177,7 @@ class _Consuming(_Publishing):
                             self._lock.wait(remaining)
                         finally:
                             self._receivers_waiting -= 1
-                self._ensure_open()
+                io.ensure_open()
             raws = self._take(queue, max_messages)
         now = time.time()
         return [self._delivery(raw, now + lease) for raw in raws]
@@ -173,10 +188,11 @@ class _Consuming(_Publishing):
             inbox = self._inbox.get(queue)
             if not inbox:
                 return []
+            generation = self._io.generation
             out: list[_Raw] = []
             while inbox and len(out) < n:
                 raw = inbox.popleft()
-                if raw.generation != self._generation:
+                if raw.generation != generation:
                     continue  # the connection went meanwhile: the broker requeued it
                 self._unacked[raw.tag] = queue
                 out.append(raw)
@@ -198,13 +214,13 @@ class _Consuming(_Publishing):
         with self._lock:
             if len(self._consumers.get(queue, [])) != seen or self._inbox.get(queue):
                 return
-        self._check_live()
-        ch = self._consume_ch
-        assert ch is not None
+        io = self._io
+        io.check_live()
+        ch = io.consume_channel
         if self._qos != credit:
             ch.basic_qos(prefetch_count=credit)  # per consumer: applies to the next one
             self._qos = credit
-        generation = self._generation
+        generation = io.generation
         consumer = _Consumer(queue, "", credit)
         with self._lock:
             inbox = self._inbox.setdefault(queue, collections.deque())
@@ -228,12 +244,11 @@ class _Consuming(_Publishing):
         # consumer itself is the impl's, so that its deliveries come straight to the inbox
         # and a cancel can keep the ones in transit (see _cancel_consumers).
         consumer.tag = _pika_private.consume(ch, queue, on_message)
-        if self._consume_closed is not None:
-            raise _ConnectionLost(self._consume_closed)
+        io.raise_if_lost()
         with self._lock:
             self._consumers.setdefault(queue, []).append(consumer)
 
-    def _on_consumer_cancelled(self, tag: str) -> None:
+    def consumer_cancelled(self, tag: str) -> None:
         """The broker cancelled a consumer: its queue was deleted, by this adapter or another
         client.  The consumer is forgotten, so that a later receive of the queue subscribes
         again, and so is the queue's declaration, so that ``declare`` declares it again.  What
@@ -247,7 +262,7 @@ class _Consuming(_Publishing):
                     self._consumers[queue] = kept
                 else:
                     del self._consumers[queue]
-                self._declared.discard(queue)
+                self._topology.forget(queue)
 
     def _cancel_consumers(self, queues: Iterable[str]) -> None:
         """Cancel every consumer of ``queues`` (I/O thread, no wait): see :meth:`_cancel`."""
@@ -267,8 +282,7 @@ class _Consuming(_Publishing):
         windows back): only a full window, where nothing can be on its way, is cancelled
         without that cost.
         """
-        ch = self._consume_ch
-        assert ch is not None
+        ch = self._io.consume_channel
         for consumer in consumers:
             with self._lock:
                 mine = self._consumers.get(consumer.queue, [])
@@ -281,28 +295,41 @@ class _Consuming(_Publishing):
 
     def stop_receiving(self) -> None:
         """Cancel every consumer and give back at once what they pushed and no one took."""
+        io = self._io
         with self._lock:
-            if not self._alive or (not self._consumers and not any(self._inbox.values())):
+            if not io.alive or (not self._consumers and not any(self._inbox.values())):
                 return
 
         def run() -> None:
-            ch = self._consume_ch
-            assert ch is not None
+            ch = io.consume_channel
             self._cancel_consumers(list(self._consumers))
             ch.basic_qos(prefetch_count=self._qos)  # every cancel-ok has come before this
             with self._lock:
                 raws = [raw for inbox in self._inbox.values() for raw in inbox]
                 self._inbox.clear()
             for raw in raws:
-                if raw.generation == self._generation:
+                if raw.generation == io.generation:
                     _pika_private.send_reject(ch, raw.tag, requeue=True)
             ch.basic_qos(prefetch_count=self._qos)  # they are back before this returns
 
         try:
-            self._call(run)
+            io.call(run)
         except TransientAdapterError as exc:
             # The connection is gone: the broker has requeued everything it held for us.
             log.warning("returning prefetched messages failed, the connection is gone: %s", exc)
+
+    def held(self, queue: str) -> tuple[int, int]:
+        """Of ``queue``: (deliveries handed out and not settled, messages pushed to this
+        connection's consumers and handed to no one)."""
+        with self._lock:
+            mine = sum(1 for q in self._unacked.values() if q == queue)
+            pushed = len(self._inbox.get(queue, ()))
+        return mine, pushed
+
+    def windows(self) -> dict[str, list[int]]:
+        """Each consumed queue's consumer windows (their ``basic.qos``), this connection."""
+        with self._lock:
+            return {q: [c.credit for c in consumers] for q, consumers in self._consumers.items()}
 
     def _delivery(self, raw: _Raw, deadline: float) -> Delivery:
         """The delivery of a pushed message; one ackwise did not write is marked corrupt (the
@@ -325,13 +352,14 @@ class _Consuming(_Publishing):
         """Split into (valid, stale) and take the valid ones out of the unsettled set."""
         valid: list[Delivery] = []
         stale: list[Delivery] = []
+        io = self._io
         with self._lock:
             for d in deliveries:
                 r = d.receipt
                 if (
                     isinstance(r, Receipt)
-                    and self._alive
-                    and r.generation == self._generation
+                    and io.alive
+                    and r.generation == io.generation
                     and r.tag in self._unacked
                 ):
                     del self._unacked[r.tag]
@@ -343,10 +371,11 @@ class _Consuming(_Publishing):
         return valid, stale
 
     def _unclaim(self, deliveries: Sequence[Delivery]) -> None:
+        io = self._io
         with self._lock:
             for d in deliveries:
                 r = d.receipt
-                if r.generation == self._generation and self._alive:
+                if r.generation == io.generation and io.alive:
                     self._unacked[r.tag] = d.queue
                     if r.consumer is not None:
                         r.consumer.outstanding += 1
@@ -356,7 +385,7 @@ class _Consuming(_Publishing):
     ) -> None:
         if valid:
             try:
-                self._call(fn)
+                self._io.call(fn)
             except StaleReceipt:
                 raise
             except TransientAdapterError as exc:
@@ -369,10 +398,12 @@ class _Consuming(_Publishing):
     def ack(self, deliveries: Sequence[Delivery]) -> None:
         """Late acks: posted without waiting for an answer (``basic.ack`` has none; a lost
         one is a redelivery, which at-least-once allows): sent by this thread when the
-        connection is free for it, else by the I/O thread (:meth:`_IOThread._post`).
+        connection is free for it, else by the I/O thread (:meth:`IOThread.post
+        <ackwise_rabbitmq._io.IOThread.post>`).
 
         When the I/O loop has not turned for a while, or two of its turns came far apart
-        (this process was paused, say: :attr:`_doubt`), the connection may be gone without
+        (this process was paused, say: :meth:`IOThread.fresh
+        <ackwise_rabbitmq._io.IOThread.fresh>`), the connection may be gone without
         the adapter knowing.  A turn after a pause does not tell: it stops at a short read,
         and the heartbeats the broker sent before it closed the connection come before the
         close.  Then the acks are followed by a barrier, a method the broker answers on the
@@ -381,21 +412,22 @@ class _Consuming(_Publishing):
         """
         if not deliveries:
             return
-        if not self._doubt and time.monotonic() - self._last_turn < _FRESH_LOOP:
+        io = self._io
+        if io.fresh(_FRESH_LOOP):
             valid, stale = self._claim(deliveries)
             if valid:
                 generation = valid[0].receipt.generation
                 tags = [d.receipt.tag for d in valid]
 
                 def post() -> None:
-                    ch = self._consume_ch
-                    if generation != self._generation or ch is None or not ch.is_open:
+                    ch = io.consume_channel_of(generation)
+                    if ch is None:
                         return  # that connection is gone: the broker requeued them
                     for tag in tags:
                         _pika_private.send_ack(ch, tag)
 
                 try:
-                    self._post(post)
+                    io.post(post)
                 except TransientAdapterError:
                     stale = [*stale, *valid]
             if stale:
@@ -404,16 +436,15 @@ class _Consuming(_Publishing):
         valid, stale = self._claim(deliveries)
 
         def run() -> None:
-            self._check_live()
-            ch = self._consume_ch
-            assert ch is not None
+            io.check_live()
+            ch = io.consume_channel
             for d in valid:
                 _pika_private.send_ack(ch, d.receipt.tag)
             # The barrier: same value, no change; answered after the acks were taken in.
             ch.basic_qos(prefetch_count=self._qos)
 
         self._settle(valid, stale, run, "ack")
-        self._doubt = False  # the broker answered after the pause: the connection lives
+        io.answered()  # the broker answered after the pause: the connection lives
 
     def ack_before_start(self, deliveries: Sequence[Delivery]) -> None:
         """Ack, then wait for the broker to have taken the acks in (``Ack.EARLY``).
@@ -440,9 +471,8 @@ class _Consuming(_Publishing):
         valid, stale = self._claim(deliveries)
 
         def run() -> None:
-            self._check_live()
-            ch = self._consume_ch
-            assert ch is not None
+            self._io.check_live()
+            ch = self._io.consume_channel
             # Stop the full windows before the acks free their slots (the tasks still run, so
             # the worker has no more room): the broker handles the cancels first.  A window
             # with room keeps its consumer (see _cancel), and what it pushes next waits here
@@ -455,17 +485,18 @@ class _Consuming(_Publishing):
 
         self._settle(valid, stale, run, "ack")
 
-    def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
-        # Connection-based leases: a delivery is held while the connection lives (the I/O
-        # thread keeps it alive), so there is nothing to move; stale receipts still raise.
+    def extend(self, deliveries: Sequence[Delivery]) -> None:
+        """Connection-based leases: a delivery is held while the connection lives (the I/O
+        thread keeps it alive), so there is nothing to move; stale receipts still raise."""
+        io = self._io
         with self._lock:
             stale = [
                 d
                 for d in deliveries
                 if not (
                     isinstance(d.receipt, Receipt)
-                    and self._alive
-                    and d.receipt.generation == self._generation
+                    and io.alive
+                    and d.receipt.generation == io.generation
                     and d.receipt.tag in self._unacked
                 )
             ]
@@ -473,7 +504,7 @@ class _Consuming(_Publishing):
             raise StaleReceipt(stale, "extend")
 
     def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
-        self.check_delay(delay)
+        """Return the message to its queue, ready after ``delay`` (checked) seconds."""
         valid, stale = self._claim([delivery])
         if stale:
             raise StaleReceipt(stale, "nack")
@@ -481,20 +512,19 @@ class _Consuming(_Publishing):
         if delay <= 0 and self.settings.queue_type == "quorum":
 
             def requeue() -> None:
-                self._check_live()
-                assert self._consume_ch is not None
-                self._consume_ch.basic_nack(tag, requeue=True)  # x-delivery-count + 1
+                self._io.check_live()
+                self._io.consume_channel.basic_nack(tag, requeue=True)  # x-delivery-count + 1
 
             self._settle(valid, [], requeue, "nack")
             return
         # Republish (into a delay tier), confirmed, then ack: a crash in between duplicates
         # the message, never loses it.  The count so far travels in our header.
-        item = self._route(
+        item = self._publisher.route(
             delivery.queue,
             Outgoing(delivery.message_id, delivery.body, delay, delivery.receipt.priority),
             {H_DELIVERIES: delivery.attempt},
         )
-        top = _tier(_delay_ms(delay)) if delay > 0 else -1
+        top = tier(delay_ms(delay)) if delay > 0 else -1
         self._republish_then_ack(delivery, item, "nack", top)
 
     def _republish_then_ack(
@@ -509,10 +539,9 @@ class _Consuming(_Publishing):
         tag = delivery.receipt.tag
 
         def run() -> None:
-            self._check_live()
-            self._publish_tiered(delivery.queue, [item], top, io_thread=True)
-            assert self._consume_ch is not None
-            self._consume_ch.basic_ack(tag)
+            self._io.check_live()
+            self._publisher.publish_tiered(delivery.queue, [item], top, io_thread=True)
+            self._io.consume_channel.basic_ack(tag)
 
         try:
             self._settle([delivery], [], run, operation)
@@ -521,11 +550,12 @@ class _Consuming(_Publishing):
             raise
 
     def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
+        """Move the message to its queue's dead letters: republished there, then acked."""
         _, stale = self._claim([delivery])
         if stale:
             raise StaleReceipt(stale, "dead_letter")
-        props = self._dead_props(
+        props = self._publisher.dead_props(
             delivery.message_id, reason, time.time(), delivery.attempt, delivery.receipt.priority
         )
-        item = ("", self._aux(delivery.queue, "dead"), _dead_body(delivery, body), props)
+        item = ("", self._topology.aux(delivery.queue, "dead"), _dead_body(delivery, body), props)
         self._republish_then_ack(delivery, item, "dead_letter")

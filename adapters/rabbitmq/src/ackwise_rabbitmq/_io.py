@@ -3,33 +3,39 @@
 See the adapter's overview (:mod:`ackwise_rabbitmq._adapter`), **Threads**: pika's
 ``BlockingConnection`` is not thread-safe and sends heartbeats only while its I/O loop turns, so
 one thread holds the connection and turns the loop; every pika call is a function handed to it
-(:meth:`_IOThread._call` waits for the answer, :meth:`_IOThread._post` does not).  The
-connection's channels live here too: the consuming one (whose closing ends the connection), the
-publishing one and the admin one, all used from the I/O thread only.
+(:meth:`IOThread.call` waits for the answer, :meth:`IOThread.post` does not).  The connection's
+channels live here too: the consuming one (whose closing ends the connection), the publishing
+one (its confirm state: :class:`~ackwise_rabbitmq._confirms.Confirms`) and the admin one, all
+used from the I/O thread only.
+
+The I/O thread knows nothing of what is consumed: the consumer
+(:mod:`ackwise_rabbitmq._consume`) listens to the connection's comings and goings through a
+:class:`ConnectionListener` (:meth:`IOThread.listen`).
 """
 
 from __future__ import annotations
 
-import abc
 import collections
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pika.exceptions as px
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from ackwise.errors import AdapterError, BrokerUnavailable, TransientAdapterError
-from ackwise.spi import Adapter, BrokerURL
 from ackwise_rabbitmq import _pika_private
 from ackwise_rabbitmq._calls import Publish, _Call
-from ackwise_rabbitmq._errors import map_pika_errors, translate_pika_error
+from ackwise_rabbitmq._confirms import Confirms
+from ackwise_rabbitmq._errors import translate_pika_error
 from ackwise_rabbitmq._messages import _read_frame
 from ackwise_rabbitmq._quiet import quiet_raised_errors
-from ackwise_rabbitmq._url import RabbitMQSettings, parse_rabbitmq_url
+from ackwise_rabbitmq._url import RabbitMQSettings
+
+__all__ = ["ConnectionListener", "ConnectionLost", "IOThread"]
 
 # The adapter's one logger, named as before it was split into modules.
 log = logging.getLogger("ackwise_rabbitmq._adapter")
@@ -42,42 +48,57 @@ _CALL_SLACK = 30.0
 #: at least this often (seconds) and callers run their calls themselves in between.
 _PRODUCER_TURN = 0.5
 #: Two turns of the loop further apart than this (seconds) make the adapter doubt the
-#: connection (:attr:`_IOThread._doubt`): the loop turns at least every 0.5 s while it runs.
+#: connection (:attr:`IOThread._doubt`): the loop turns at least every 0.5 s while it runs.
 _PAUSE = 1.0
 
 
-class _ConnectionLost(Exception):
+class ConnectionLost(Exception):
     """The consuming channel or the connection is gone: every receipt of it is stale."""
+
+
+class ConnectionListener(Protocol):
+    """What the consumer keeps per connection hears of it here (:meth:`IOThread.listen`)."""
+
+    def connection_began(self) -> None:
+        """A new connection is up: forget what belonged to the previous one (lock held)."""
+
+    def connection_ended(self) -> None:
+        """The connection is gone: forget its deliveries (lock held)."""
+
+    def consumer_cancelled(self, tag: str) -> None:
+        """The broker cancelled the consumer ``tag`` (its queue was deleted) (I/O thread)."""
 
 
 def _noop() -> None:
     pass
 
 
-class _IOThread(Adapter):
+class IOThread:
     """The connection, the I/O thread that turns its loop, and the calls handed to it.
 
-    The base of the adapter's parts (:mod:`ackwise_rabbitmq._adapter`).  It owns the lock
-    (a condition: the parts guard their shared state with it, and a receive waits on it), the
-    connection's generation (a receipt's first half) and whether it is alive.  The parts that
-    keep state per connection extend :meth:`_begin_generation` and :meth:`_end_generation`.
+    It owns the lock (a condition: the consumer guards its state with it too, and a receive
+    waits on it), the connection's generation (a receipt's first half) and whether it is
+    alive.
     """
 
-    def __init__(self, url: BrokerURL) -> None:
-        super().__init__(url)
-        self.settings: RabbitMQSettings = parse_rabbitmq_url(url)
-        self._lock = threading.Condition()
+    def __init__(self, settings: RabbitMQSettings) -> None:
+        self.settings = settings
+        #: Guards what follows, and the consumer's state (:mod:`~ackwise_rabbitmq._consume`).
+        self.lock = threading.Condition()
+        #: The connection's generation: a receipt's first half.
+        self.generation = 0
+        #: A connection is up and the I/O thread serves it.
+        self.alive = False
+        self._listener: ConnectionListener | None = None
+        self._confirms = Confirms(settings)
         self._thread: threading.Thread | None = None
         self._conn: BlockingConnection | None = None
         self._calls: collections.deque[_Call] = collections.deque()
-        self._generation = 0
-        self._alive = False
         self._closing = False
         self._failure: AdapterError | None = None
         self._user_closed = False
         # Owned by the I/O thread:
         self._consume_ch: BlockingChannel | None = None
-        self._publish_ch: BlockingChannel | None = None
         self._admin_ch: BlockingChannel | None = None
         self._consume_closed: str | None = None
         self._last_turn = 0.0  # when the I/O loop last took in what the socket held
@@ -87,8 +108,8 @@ class _IOThread(Adapter):
         #: close), so a late ack waits for the broker's answer to a barrier until one came.
         self._doubt = False
         #: Held by whoever touches the connection: the I/O thread as it turns the loop, or,
-        #: while nothing consumes, a caller running calls itself (:meth:`_call`).
-        self._io = threading.Lock()
+        #: while nothing consumes, a caller running calls itself (:meth:`call`).
+        self._holder = threading.Lock()
         #: Something consumes on this connection (a ``receive`` came): deliveries arrive at
         #: any time, so the I/O thread turns the loop without pause and runs every call.
         self._consuming = False
@@ -96,7 +117,7 @@ class _IOThread(Adapter):
         #: The connection's holder is publishing and waits for confirms on the socket: a
         #: publish queued meanwhile wakes it there to go out at once (:meth:`_run_publishes`).
         self._streaming = False
-        #: A receiver turns the loop itself while it waits for a delivery (:meth:`_drive`).
+        #: A receiver turns the loop itself while it waits for a delivery (:meth:`drive`).
         self._driving = False
         #: The I/O thread stands aside: for a receiver that drives, and after it until a call
         #: wakes it (:attr:`_wake`) or :data:`_PRODUCER_TURN` passes, so that its wake-up
@@ -105,38 +126,49 @@ class _IOThread(Adapter):
         self._aside = False
         self._driver_error: BaseException | None = None  # the I/O thread shuts down on it
 
-    # -- what the parts keep of a connection (I/O thread) ----------------------------------
-    @abc.abstractmethod
-    def _watch_publishing(self, ch: BlockingChannel) -> None:
-        """Make ``ch`` a publishing channel: confirms and returns reach their callbacks."""
+    def listen(self, listener: ConnectionListener) -> None:
+        """Tell ``listener`` of every connection from the next one on (one listener)."""
+        self._listener = listener
 
-    @abc.abstractmethod
-    def _publish_stream(
-        self,
-        calls: Sequence[_Call],
-        more: Callable[[], Sequence[_Call]],
-        taking: Callable[[], bool],
-    ) -> None:
-        """Publish the calls' messages and those queued meanwhile; complete each call as its
-        own confirms arrive."""
+    # -- what the consumer asks of the connection ------------------------------------------
+    @property
+    def aside(self) -> bool:
+        """The I/O thread stands aside since a receive drove (:attr:`_aside`)."""
+        return self._aside
 
-    @abc.abstractmethod
-    def _on_consumer_cancelled(self, tag: str) -> None:
-        """The broker cancelled the consumer ``tag`` (its queue was deleted) (I/O thread)."""
+    def consuming(self) -> None:
+        """Something consumes on this connection: the I/O thread turns the loop without
+        pause from now on."""
+        self._consuming = True
 
-    def _begin_generation(self) -> None:
-        """A new connection is up: forget what belonged to the previous one (lock held)."""
+    def fresh(self, within: float) -> bool:
+        """The loop turned less than ``within`` seconds ago, and no two turns came far apart
+        since the broker last answered (:attr:`_doubt`)."""
+        return not self._doubt and time.monotonic() - self._last_turn < within
 
-    def _end_generation(self) -> None:
-        """The connection is gone: forget its deliveries (lock held)."""
+    def answered(self) -> None:
+        """The broker answered a barrier sent after a pause: the connection lives."""
+        self._doubt = False
+
+    @property
+    def consume_channel(self) -> BlockingChannel:
+        """The consuming channel (I/O thread)."""
+        ch = self._consume_ch
+        assert ch is not None
+        return ch
+
+    def consume_channel_of(self, generation: int) -> BlockingChannel | None:
+        """The consuming channel if it is open and of connection ``generation`` (I/O
+        thread)."""
+        ch = self._consume_ch
+        if generation != self.generation or ch is None or not ch.is_open:
+            return None
+        return ch
 
     # -- lifecycle -------------------------------------------------------------------------
-    def _errors(self) -> Any:
-        return map_pika_errors(self.settings.where, self.settings.password)
-
     def open(self) -> None:
-        with self._lock:
-            if self._alive and self._thread is not None and self._thread.is_alive():
+        with self.lock:
+            if self.alive and self._thread is not None and self._thread.is_alive():
                 return
         quiet_raised_errors()  # ackwise reports what pika raises; pika need not log it too
         self.close()
@@ -167,7 +199,7 @@ class _IOThread(Adapter):
         thread = self._thread
         if thread is None:
             return
-        with self._lock:
+        with self.lock:
             self._closing = True
             conn = self._conn
         self._wake.set()
@@ -182,6 +214,7 @@ class _IOThread(Adapter):
 
     # -- the I/O thread --------------------------------------------------------------------
     def _io_main(self, ready: threading.Event, box: list[BaseException]) -> None:
+        listener = self._listener
         try:
             conn = BlockingConnection(self.settings.connection_parameters())
             _pika_private.read_frames_with(conn, _read_frame)
@@ -189,21 +222,24 @@ class _IOThread(Adapter):
             _pika_private.stop_reading_at_a_short_read(conn)
             consume = conn.channel()
             publish = conn.channel()
-            self._watch_publishing(publish)
+            self._confirms.watch(publish)
             _pika_private.on_channel_close(consume, self._on_consume_closed)
-            _pika_private.on_consumer_cancelled(consume, self._on_consumer_cancelled)
+            if listener is not None:
+                _pika_private.on_consumer_cancelled(consume, listener.consumer_cancelled)
         except BaseException as exc:
             box.append(exc)
             ready.set()
             return
-        with self._lock:
+        with self.lock:
             self._conn = conn
-            self._consume_ch, self._publish_ch, self._admin_ch = consume, publish, None
+            self._consume_ch, self._admin_ch = consume, None
             self._consume_closed = None
             self._driver_error = None  # the previous connection's
-            self._begin_generation()
-            self._generation += 1
-            self._alive = True
+            if listener is not None:
+                listener.connection_began()
+            self._confirms.begin(publish)
+            self.generation += 1
+            self.alive = True
             self._failure = None
             # The handshake was the broker's answer just now: nothing to doubt yet.
             self._doubt = False
@@ -227,44 +263,45 @@ class _IOThread(Adapter):
                         # only take the connection from under its next call.
                         self._wake.wait(_PRODUCER_TURN - idle)
                         continue
-                with self._io:
+                with self._holder:
                     if self._driver_error is not None:
                         raise self._driver_error
                     conn.process_data_events(time_limit=0.5 if consuming else 0)
                     self._turned()
                     self._run_calls()
                     if self._consume_closed is not None:
-                        raise _ConnectionLost(self._consume_closed)
+                        raise ConnectionLost(self._consume_closed)
                 if not consuming and not self._calls:
                     self._wake.wait(_PRODUCER_TURN)
         except BaseException as exc:
             error = exc
         # A receiver may be driving the connection, a producer running its own call: closing
         # it under them would break their frames.  Each leaves within its deadline.
-        held = self._io.acquire(timeout=self.settings.confirm_timeout)
+        held = self._holder.acquire(timeout=self.settings.confirm_timeout)
         try:
             self._shutdown(conn, error)
         finally:
             if held:
-                self._io.release()
+                self._holder.release()
 
     def _shutdown(self, conn: BlockingConnection, error: BaseException | None) -> None:
         if error is not None and not self._closing:
             failure: AdapterError
-            if isinstance(error, _ConnectionLost):
+            if isinstance(error, ConnectionLost):
                 failure = TransientAdapterError(f"{self.settings.where}: {error}")
             else:
                 failure = translate_pika_error(error, self.settings.where, self.settings.password)
             log.warning("RabbitMQ connection lost: %s", failure)
         else:
             failure = BrokerUnavailable(f"{self.settings.where}: the adapter is closed")
-        with self._lock:
-            self._alive = False
+        with self.lock:
+            self.alive = False
             self._failure = failure
-            self._end_generation()
+            if self._listener is not None:
+                self._listener.connection_ended()
             calls = list(self._calls)
             self._calls.clear()
-            self._lock.notify_all()
+            self.lock.notify_all()
         for call in calls:
             call.error = failure
             call.done.set()
@@ -275,7 +312,7 @@ class _IOThread(Adapter):
         except Exception:
             log.debug("closing the connection failed", exc_info=True)
 
-    def _drive(self, ready: Callable[[], bool], deadline: float, *, take: bool = True) -> None:
+    def drive(self, ready: Callable[[], bool], deadline: float, *, take: bool = True) -> None:
         """Turn the connection's loop on this thread until ``ready()``, ``deadline``
         (monotonic) or a close, running the calls queued meanwhile: a receiver waiting for a
         delivery takes it in itself, without the I/O thread's hand-off (a thread wake-up,
@@ -289,16 +326,16 @@ class _IOThread(Adapter):
         closed).  Returns at once when another receiver drives or the connection cannot be
         taken in time.
         """
-        with self._lock:
+        with self.lock:
             conn = self._conn
-            if self._driving or not self._alive or conn is None or self._driver_error:
+            if self._driving or not self.alive or conn is None or self._driver_error:
                 return
             if not (take or self._aside):
                 return
             self._driving = self._aside = True
         wake = False  # the I/O thread takes over: the connection failed here, or never came
         try:
-            if not self._io.acquire(blocking=False):
+            if not self._holder.acquire(blocking=False):
                 if not take:
                     return
                 try:
@@ -306,7 +343,7 @@ class _IOThread(Adapter):
                 except px.ConnectionWrongStateError:
                     wake = True  # closed or closing: the I/O thread shuts down on it
                     return
-                if not self._io.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                if not self._holder.acquire(timeout=max(0.0, deadline - time.monotonic())):
                     wake = True
                     return
             try:
@@ -317,7 +354,7 @@ class _IOThread(Adapter):
                 if not isinstance(exc, Exception):
                     raise
             finally:
-                self._io.release()
+                self._holder.release()
         finally:
             self._driving = False
             if wake:
@@ -345,7 +382,7 @@ class _IOThread(Adapter):
             while True:
                 self._run_calls()
                 if self._consume_closed is not None:
-                    raise _ConnectionLost(self._consume_closed)
+                    raise ConnectionLost(self._consume_closed)
                 if expired or self._closing or ready():
                     return
                 _pika_private.flush(conn, stop)
@@ -359,9 +396,10 @@ class _IOThread(Adapter):
         self._last_turn = now
 
     def _run_calls(self, until: _Call | None = None) -> None:
-        """Run the queued calls (holding :attr:`_io`), all of them or until ``until`` is done."""
+        """Run the queued calls (holding :attr:`_holder`), all of them or until ``until`` is
+        done."""
         while until is None or not until.done.is_set():
-            with self._lock:
+            with self.lock:
                 if not self._calls:
                     return
                 call = self._calls.popleft()
@@ -375,7 +413,7 @@ class _IOThread(Adapter):
                 if call.detached:
                     log.warning("RabbitMQ: a posted operation failed: %r", exc)
                 conn = self._conn
-                if conn is None or not conn.is_open or isinstance(exc, _ConnectionLost):
+                if conn is None or not conn.is_open or isinstance(exc, ConnectionLost):
                     call.done.set()
                     raise
             call.done.set()
@@ -387,10 +425,14 @@ class _IOThread(Adapter):
         call), no more are taken once it is done: they are the I/O thread's."""
         self._streaming = True
         try:
-            self._publish_stream(
+            conn = self._conn
+            assert conn is not None
+            self._confirms.stream(
+                conn,
                 [call],
                 self._take_publishes,
                 lambda: until is None or not until.done.is_set(),
+                self._publish_waiting,
             )
         except BaseException:
             conn = self._conn
@@ -407,29 +449,31 @@ class _IOThread(Adapter):
     def _take_publishes(self) -> list[_Call]:
         """The publish calls at the head of the queue (a call of another kind stops them)."""
         taken = []
-        with self._lock:
+        with self.lock:
             while self._calls and self._calls[0].publish is not None:
                 taken.append(self._calls.popleft())
         return taken
 
     def publish_call(self, items: Sequence[Publish]) -> None:
         """Publish ``items`` on the I/O thread, confirmed (see :meth:`_run_calls`)."""
-        self._call(lambda: self._publish_now(items), publish=items)
+        self.call(lambda: self.publish_now(items), publish=items)
 
-    def _publish_now(self, items: Sequence[Publish]) -> None:
+    def publish_now(self, items: Sequence[Publish]) -> None:
         """Publish ``items`` with ``mandatory`` and wait for every confirm (I/O thread): one
         round trip for them all."""
+        conn = self._conn
+        assert conn is not None
         call = _Call(_noop, publish=items)
-        self._publish_stream([call], list, lambda: False)
+        self._confirms.stream(conn, [call], list, _never, _never)
         if call.error is not None:
             raise call.error
 
-    def _post(self, fn: Callable[[], None]) -> None:
+    def post(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on this thread if the connection is free for it (:meth:`_run_own_call`),
         else hand it to the I/O thread and return at once (its errors are logged)."""
         call = _Call(fn, detached=True)
-        with self._lock:
-            if not self._alive:
+        with self.lock:
+            if not self.alive:
                 raise self._failure or BrokerUnavailable(
                     f"{self.settings.where}: the adapter is not open"
                 )
@@ -466,7 +510,7 @@ class _IOThread(Adapter):
         is done; what they queued (acks) is sent before this returns.  No hand-off to the
         I/O thread and back (two thread wake-ups).  Calls queued meanwhile are the I/O
         thread's.  Whether it ran here."""
-        if not self._runs_here() or not self._io.acquire(blocking=False):
+        if not self._runs_here() or not self._holder.acquire(blocking=False):
             return False
         try:
             conn = self._conn
@@ -487,7 +531,7 @@ class _IOThread(Adapter):
             if not isinstance(exc, Exception):
                 raise
         finally:
-            self._io.release()
+            self._holder.release()
             if self._calls or not call.done.is_set():
                 self._wake.set()
         return call.done.is_set()
@@ -500,7 +544,7 @@ class _IOThread(Adapter):
             return False  # the connection failed under a caller: the I/O thread shuts down
         return not self._consuming or (self._aside and not self._driving)
 
-    def _call(
+    def call(
         self,
         fn: Callable[[], T],
         timeout: float | None = None,
@@ -517,8 +561,8 @@ class _IOThread(Adapter):
         call = _Call(fn, publish=publish)
         reopened = False
         while True:
-            with self._lock:
-                if self._alive:
+            with self.lock:
+                if self.alive:
                     self._calls.append(call)
                     conn = self._conn
                     break
@@ -547,7 +591,7 @@ class _IOThread(Adapter):
             return
         if isinstance(error, AdapterError):
             raise error
-        if isinstance(error, _ConnectionLost):
+        if isinstance(error, ConnectionLost):
             raise TransientAdapterError(f"{self.settings.where}: {error}") from error
         raise translate_pika_error(error, self.settings.where, self.settings.password) from error
 
@@ -572,7 +616,8 @@ class _IOThread(Adapter):
         self._consume_closed = f"the consuming channel was closed: {code} {text}"
 
     # -- channels (I/O thread) -------------------------------------------------------------
-    def _admin(self) -> BlockingChannel:
+    def admin(self) -> BlockingChannel:
+        """The admin channel: declarations, counts, purges (I/O thread)."""
         ch = self._admin_ch
         if ch is None or not ch.is_open:
             assert self._conn is not None
@@ -580,7 +625,8 @@ class _IOThread(Adapter):
         return ch
 
     @contextmanager
-    def _temp_channel(self) -> Iterator[BlockingChannel]:
+    def temp_channel(self) -> Iterator[BlockingChannel]:
+        """A channel of its own, closed after use (I/O thread)."""
         assert self._conn is not None
         ch = self._conn.channel()
         try:
@@ -590,17 +636,27 @@ class _IOThread(Adapter):
                 ch.close()  # what was taken and not acked goes back, in order
 
     # -- liveness --------------------------------------------------------------------------
-    def _ensure_open(self) -> None:
-        with self._lock:
-            if self._alive:
+    def ensure_open(self) -> None:
+        """Raise why the adapter is not open, if it is not."""
+        with self.lock:
+            if self.alive:
                 return
             failure = self._failure
         raise failure or BrokerUnavailable(f"{self.settings.where}: the adapter is not open")
 
-    def _check_live(self) -> None:
-        """Notice a connection the broker closed (e.g. while this process was stopped)."""
+    def check_live(self) -> None:
+        """Notice a connection the broker closed (e.g. while this process was stopped) (I/O
+        thread)."""
         conn = self._conn
         assert conn is not None
         conn.process_data_events(time_limit=0)
+        self.raise_if_lost()
+
+    def raise_if_lost(self) -> None:
+        """Raise :class:`ConnectionLost` if the consuming channel closed (I/O thread)."""
         if self._consume_closed is not None:
-            raise _ConnectionLost(self._consume_closed)
+            raise ConnectionLost(self._consume_closed)
+
+
+def _never() -> bool:
+    return False

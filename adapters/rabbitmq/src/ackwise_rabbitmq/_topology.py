@@ -2,7 +2,7 @@
 and the delay tiers' routing keys.
 
 ``declare`` makes two objects: the queue and its dead-letter queue.  The delay tiers are
-declared when a delay first needs them (:meth:`_Topology._declare_tiers`).  See the adapter's
+declared when a delay first needs them (:meth:`Topology.declare_tiers`).  See the adapter's
 overview (:mod:`ackwise_rabbitmq._adapter`): **Topology**, **Delays**.
 """
 
@@ -13,45 +13,55 @@ from typing import Any
 import pika.exceptions as px
 
 from ackwise.errors import PermanentAdapterError, QueueNotFound
-from ackwise.spi import MAX_PRIORITY, BrokerURL, QueueSpec
-from ackwise_rabbitmq._io import _IOThread
+from ackwise.spi import MAX_PRIORITY, QueueSpec
+from ackwise_rabbitmq._io import IOThread
+from ackwise_rabbitmq._url import RabbitMQSettings
+
+__all__ = ["DEAD_DELIVERY_LIMIT", "DELAY_TIERS", "MAX_DELAY_MS", "Topology", "bits", "tier"]
 
 #: Delay tiers: tier k holds a message 2**k milliseconds.
 DELAY_TIERS = 32
 MAX_DELAY_MS: int = 2**DELAY_TIERS - 1
-#: ``x-delivery-limit`` of a quorum dead-letter queue (see :meth:`_Topology._declare`).
+#: ``x-delivery-limit`` of a quorum dead-letter queue (see :meth:`Topology._declare`).
 DEAD_DELIVERY_LIMIT = 1_000_000
 
 
-def _bits(delay_ms: int) -> str:
+def bits(delay_ms: int) -> str:
+    """The routing key of a delay of ``delay_ms``: its 32 bits, highest first."""
     return ".".join("1" if delay_ms >> k & 1 else "0" for k in range(DELAY_TIERS - 1, -1, -1))
 
 
-def _tier(delay_ms: int) -> int:
+def tier(delay_ms: int) -> int:
     """The tier a delay of ``delay_ms`` (> 0) enters: that of its highest set bit."""
     return delay_ms.bit_length() - 1
 
 
-class _Topology(_IOThread):
-    """Names (``p.q.kind``), declaration and existence of a queue and its auxiliaries."""
+class Topology:
+    """Names (``p.q.kind``), declaration and existence of a queue and its auxiliaries, and
+    what this adapter remembers having declared."""
 
-    def __init__(self, url: BrokerURL) -> None:
-        super().__init__(url)
+    def __init__(self, settings: RabbitMQSettings, io: IOThread) -> None:
+        self.settings = settings
+        self._io = io
+        #: The queues this adapter declared (``declare`` is then a no-op); one found missing
+        #: since is forgotten (:meth:`forget`), and declared again.
         self._declared: set[str] = set()
         #: The highest delay tier of a queue this adapter declared (tiers 0 to it, all of
-        #: them, bottom up: see :meth:`_declare_tiers`).  The objects are durable, so it holds
+        #: them, bottom up: see :meth:`declare_tiers`).  The objects are durable, so it holds
         #: across reconnects; a tier deleted since (``delete_queue`` in another process) is
         #: found by the publish that needs it, which declares the tiers again and sends what
-        #: RabbitMQ did not store (:class:`~ackwise_rabbitmq._publish._NotStored`).
+        #: RabbitMQ did not store (:class:`~ackwise_rabbitmq._confirms.NotStored`).
         #: Read and written with single dict operations, from any thread.
         self._tiers: dict[str, int] = {}
 
     # -- names -----------------------------------------------------------------------------
-    def _aux(self, queue: str, kind: str) -> str:
+    def aux(self, queue: str, kind: str) -> str:
+        """The name of ``queue``'s auxiliary ``kind`` (``dead``, ``delay.3``, ...)."""
         return f"{self.settings.prefix}.{queue}.{kind}"
 
-    def _check_name(self, queue: str) -> None:
-        longest = len(self._aux(queue, f"delay.{DELAY_TIERS - 1}").encode())
+    def check_name(self, queue: str) -> None:
+        """Refuse a queue name RabbitMQ or ackwise's auxiliary names cannot take."""
+        longest = len(self.aux(queue, f"delay.{DELAY_TIERS - 1}").encode())
         if not queue or queue.startswith("amq.") or longest > 255:
             raise PermanentAdapterError(
                 f"queue name {queue!r} cannot be used with RabbitMQ: it must be non-empty, not "
@@ -59,10 +69,10 @@ class _Topology(_IOThread):
             )
 
     # -- queues (I/O thread) ---------------------------------------------------------------
-    def _exists(self, queue: str) -> int | None:
+    def exists(self, queue: str) -> int | None:
         """Ready count of ``queue``, or None when it does not exist (I/O thread)."""
         try:
-            ok = self._admin().queue_declare(queue, passive=True)
+            ok = self._io.admin().queue_declare(queue, passive=True)
         except px.ChannelClosedByBroker as exc:
             if exc.reply_code == 404:
                 return None
@@ -72,22 +82,26 @@ class _Topology(_IOThread):
     # -- topology --------------------------------------------------------------------------
     def declare(self, queue: QueueSpec) -> None:
         name = queue.name
-        self._check_name(name)
+        self.check_name(name)
         if name in self._declared:
             return
-        self._call(lambda: self._declare(queue), timeout=60.0)
+        self._io.call(lambda: self._declare(queue), timeout=60.0)
         self._declared.add(name)
+
+    def forget(self, queue: str) -> None:
+        """``queue`` was found missing (deleted since, maybe): ``declare`` declares it again."""
+        self._declared.discard(queue)
 
     def _declare(self, spec: QueueSpec) -> None:
         """The queue and its dead-letter queue, nothing else (I/O thread).  The queue
         dead-letters through the default exchange, routed by name to its dead-letter queue
         (``x-dead-letter-routing-key``): no exchange of its own is needed."""
         name = spec.name
-        dead = self._aux(name, "dead")
+        dead = self.aux(name, "dead")
         # Listing dead letters takes them and puts them back, which a quorum queue counts as
         # a delivery: a limit no listing reaches (RabbitMQ 4 would drop them after 20).
         self._declare_aux(dead, {"x-delivery-limit": DEAD_DELIVERY_LIMIT})
-        if self._exists(name) is None:
+        if self.exists(name) is None:
             args: dict[str, Any] = self._dead_lettering(name, legacy=False)
             if self.settings.queue_type == "quorum":
                 args["x-queue-type"] = "quorum"
@@ -103,21 +117,21 @@ class _Topology(_IOThread):
                 if self.settings.priorities:
                     args["x-max-priority"] = MAX_PRIORITY
             try:
-                self._admin().queue_declare(name, durable=True, arguments=args)
+                self._io.admin().queue_declare(name, durable=True, arguments=args)
             except px.ChannelClosedByBroker as exc:
                 # Declared meanwhile by another process with other arguments: keep theirs.
-                if exc.reply_code != 406 or self._exists(name) is None:
+                if exc.reply_code != 406 or self.exists(name) is None:
                     raise
                 if self.settings.priorities:
-                    legacy = self._exchange_exists(self._aux(name, "dlx"))
+                    legacy = self._exchange_exists(self.aux(name, "dlx"))
                     self._check_priorities(name, legacy=legacy)
             return
-        legacy = self._exchange_exists(self._aux(name, "dlx"))
+        legacy = self._exchange_exists(self.aux(name, "dlx"))
         if legacy:
             # Declared by an earlier ackwise, which dead-lettered through an exchange of the
             # queue's own (``p.q.dlx``, a fanout; RabbitMQ cannot change the queue's
             # arguments): keep that exchange bound to the dead-letter queue, as it did.
-            self._admin().queue_bind(dead, self._aux(name, "dlx"))
+            self._io.admin().queue_bind(dead, self.aux(name, "dlx"))
         if self.settings.priorities:
             self._check_priorities(name, legacy=legacy)
 
@@ -125,13 +139,13 @@ class _Topology(_IOThread):
         """The queue arguments that send what ``name`` dead-letters to its dead-letter queue:
         through the default exchange, or (``legacy``) the queue's own ``p.q.dlx``."""
         if legacy:
-            return {"x-dead-letter-exchange": self._aux(name, "dlx")}
-        return {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": self._aux(name, "dead")}
+            return {"x-dead-letter-exchange": self.aux(name, "dlx")}
+        return {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": self.aux(name, "dead")}
 
     def _exchange_exists(self, exchange: str) -> bool:
         """Whether ``exchange`` exists (I/O thread)."""
         try:
-            self._admin().exchange_declare(exchange, passive=True)
+            self._io.admin().exchange_declare(exchange, passive=True)
         except px.ChannelClosedByBroker as exc:
             if exc.reply_code == 404:
                 return False
@@ -139,45 +153,46 @@ class _Topology(_IOThread):
         return True
 
     # -- delay tiers -----------------------------------------------------------------------
-    def _has_tiers(self, queue: str, top: int) -> bool:
+    def has_tiers(self, queue: str, top: int) -> bool:
         """Whether this adapter declared ``queue``'s delay tiers up to ``top``."""
         return self._tiers.get(queue, -1) >= top
 
-    def _forget_tiers(self, queue: str) -> None:
+    def forget_tiers(self, queue: str) -> None:
+        """Forget that this adapter declared ``queue``'s delay tiers."""
         self._tiers.pop(queue, None)
 
-    def _ensure_tiers(self, queue: str, top: int) -> None:
+    def ensure_tiers(self, queue: str, top: int) -> None:
         """Declare ``queue``'s delay tiers 0 to ``top`` unless this adapter did."""
-        if top >= 0 and not self._has_tiers(queue, top):
-            self._call(lambda: self._declare_tiers(queue, top), timeout=60.0)
+        if top >= 0 and not self.has_tiers(queue, top):
+            self._io.call(lambda: self.declare_tiers(queue, top), timeout=60.0)
 
-    def _declare_tiers(self, queue: str, top: int) -> None:
+    def declare_tiers(self, queue: str, top: int) -> None:
         """Declare the delay tiers 0 to ``top`` of ``queue`` (I/O thread), every one of them,
         from the bottom up, even those this adapter declared before: a message in tier *k*
         goes on through every tier below it, so the tiers that exist always are 0 to some
         *k* (``stats`` counts them up to the first one missing).  Declaring what exists
         changes nothing.  The queue must exist (else the last hop would drop what expires):
         :class:`~ackwise.errors.QueueNotFound`, nothing declared."""
-        if self._exists(queue) is None:
+        if self.exists(queue) is None:
             raise QueueNotFound(
                 f"{self.settings.where}: queue {queue!r} does not exist (declare it first); "
                 "nothing was published"
             )
-        deliver = self._aux(queue, "deliver")
-        ch = self._admin()
+        deliver = self.aux(queue, "deliver")
+        ch = self._io.admin()
         ch.exchange_declare(deliver, "fanout", durable=True)
         ch.queue_bind(queue, deliver)
         below = deliver
         for k in range(top + 1):
-            exchange, wait = self._aux(queue, f"delay.{k}"), self._aux(queue, f"wait.{k}")
+            exchange, wait = self.aux(queue, f"delay.{k}"), self.aux(queue, f"wait.{k}")
             ch.exchange_declare(exchange, "topic", durable=True)
             self._declare_aux(wait, {"x-message-ttl": 2**k, "x-dead-letter-exchange": below})
-            ch = self._admin()
+            ch = self._io.admin()
             above = "*." * (DELAY_TIERS - 1 - k)
             ch.queue_bind(wait, exchange, routing_key=f"{above}1.#")
             ch.exchange_bind(below, exchange, routing_key=f"{above}0.#")
             below = exchange
-        if not self._has_tiers(queue, top):
+        if not self.has_tiers(queue, top):
             self._tiers[queue] = top
 
     def _declare_aux(self, name: str, args: dict[str, Any]) -> None:
@@ -194,9 +209,9 @@ class _Topology(_IOThread):
             args["x-dead-letter-strategy"] = "at-least-once"
             args["x-overflow"] = "reject-publish"
         try:
-            self._admin().queue_declare(name, durable=True, arguments=args)
+            self._io.admin().queue_declare(name, durable=True, arguments=args)
         except px.ChannelClosedByBroker as exc:
-            if exc.reply_code != 406 or self._exists(name) is None:
+            if exc.reply_code != 406 or self.exists(name) is None:
                 raise
 
     def _check_priorities(self, name: str, *, legacy: bool) -> None:
@@ -208,7 +223,7 @@ class _Topology(_IOThread):
             "x-max-priority": MAX_PRIORITY,
         }
         try:
-            self._admin().queue_declare(name, durable=True, arguments=args)
+            self._io.admin().queue_declare(name, durable=True, arguments=args)
         except px.ChannelClosedByBroker as exc:
             if exc.reply_code != 406:
                 raise
@@ -224,11 +239,11 @@ class _Topology(_IOThread):
     def delete_queue(self, queue: str) -> None:
         """Delete the queue, its dead-letter and delay queues, and its exchanges (every name
         ackwise could have declared: what does not exist is skipped)."""
-        self._check_name(queue)
-        queues = [queue, self._aux(queue, "dead")]
-        queues += [self._aux(queue, f"wait.{k}") for k in range(DELAY_TIERS)]
-        exchanges = [self._aux(queue, "dlx"), self._aux(queue, "deliver")]
-        exchanges += [self._aux(queue, f"delay.{k}") for k in range(DELAY_TIERS)]
+        self.check_name(queue)
+        queues = [queue, self.aux(queue, "dead")]
+        queues += [self.aux(queue, f"wait.{k}") for k in range(DELAY_TIERS)]
+        exchanges = [self.aux(queue, "dlx"), self.aux(queue, "deliver")]
+        exchanges += [self.aux(queue, f"delay.{k}") for k in range(DELAY_TIERS)]
 
         def run() -> None:
             for name in queues:
@@ -236,14 +251,14 @@ class _Topology(_IOThread):
             for name in exchanges:
                 self._gone(lambda ch, name=name: ch.exchange_delete(name))
 
-        self._call(run, timeout=60.0)
+        self._io.call(run, timeout=60.0)
         self._declared.discard(queue)
-        self._forget_tiers(queue)
+        self.forget_tiers(queue)
 
     def _gone(self, delete: Any) -> None:
         """Run one delete on the admin channel; what does not exist is already gone."""
         try:
-            delete(self._admin())
+            delete(self._io.admin())
         except px.ChannelClosedByBroker as exc:
             if exc.reply_code != 404:
                 raise

@@ -50,10 +50,11 @@ The adapter talks to Redis through one redis-py ``Connection`` (no pool, no retr
 the driver): the worker calls an adapter from one thread, and a transient error surfaces as
 :class:`~ackwise.errors.TransientAdapterError` so the worker's reconnect-with-backoff decides.
 
-The code is one part per concern, each a class in its own module building on the one before:
-:mod:`~ackwise_redis._server` (the connection, the server's checks on connect, running a
-script, the limits of one call), :mod:`~ackwise_redis._keys` (a queue's keys and the
-quarantine of wrong-typed ones) and :mod:`~ackwise_redis._browse` (stats, dead letters,
+The adapter holds one object per concern, each in its own module and using those before it by
+their methods only: the server (:class:`~ackwise_redis._server.Server`: the connection, the
+server's checks on connect, running a script, the limits of one call), the queues' keys
+(:class:`~ackwise_redis._keys.QueueKeys`: a queue's keys and the quarantine of wrong-typed
+ones) and the browser (:class:`~ackwise_redis._browse.Browser`: stats, dead letters,
 purging); :mod:`~ackwise_redis._records` reads and writes what data records and replies hold.
 This module keeps declaring, producing, consuming and settling.
 """
@@ -69,17 +70,26 @@ from typing import Any
 import redis.exceptions as rx
 
 from ackwise.errors import AdapterError, MessageTooLarge, StaleReceipt, TransientAdapterError
-from ackwise.spi import BrokerURL, Capabilities, Delivery, Outgoing, QueueSpec
+from ackwise.spi import (
+    Adapter,
+    BrokerURL,
+    Capabilities,
+    DeadLetter,
+    Delivery,
+    Outgoing,
+    QueueSpec,
+    QueueStats,
+)
 from ackwise_redis._browse import _DEAD_LETTERS as _DEAD_LETTERS
 from ackwise_redis._browse import _DELETE_DEAD as _DELETE_DEAD
 from ackwise_redis._browse import _PURGE as _PURGE
 from ackwise_redis._browse import _REQUEUE_DEAD as _REQUEUE_DEAD
 from ackwise_redis._browse import _STATS as _STATS
-from ackwise_redis._browse import _Browsing
+from ackwise_redis._browse import Browser
 from ackwise_redis._connection import _LOST, load_script
 from ackwise_redis._keys import _KEY_TYPES as _KEY_TYPES
 from ackwise_redis._keys import _QUARANTINE as _QUARANTINE
-from ackwise_redis._keys import _is_wrong_storage, _QueueKeys
+from ackwise_redis._keys import QueueKeys, is_wrong_storage
 from ackwise_redis._keys import _Keys as _Keys
 from ackwise_redis._keys import _keys as _keys
 from ackwise_redis._records import _delivery, _number, _pack
@@ -89,9 +99,10 @@ from ackwise_redis._server import (
     RECEIVE_LIMIT,
     SETTLE_CHUNK,
     SWEEP_LIMIT,
-    _chunks,
-    _Server,
+    Server,
+    chunks,
 )
+from ackwise_redis._url import RedisSettings, parse_redis_url
 
 # The ``X as X`` imports above re-export names that moved to the part modules and are
 # imported from here (every script by its name, the key schema, message framing).
@@ -123,7 +134,7 @@ _DEAD_LETTER = load_script("dead_letter")
 _PUBLISH_DEAD = load_script("publish_dead", lib=True)
 
 
-class RedisAdapter(_Browsing, _QueueKeys, _Server):
+class RedisAdapter(Adapter):
     """Adapter for one Redis server (standalone, or a primary behind a proxy / DNS failover).
 
     Durability is Redis': with ``appendonly yes`` and ``appendfsync everysec`` a Redis crash
@@ -141,22 +152,49 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
 
     def __init__(self, url: BrokerURL) -> None:
         super().__init__(url)
+        self.settings: RedisSettings = parse_redis_url(url)
+        self._server = Server(self.settings)
+        self._queue_keys = QueueKeys(self.settings, self._server)
+        self._browser = Browser(self._server, self._queue_keys)
+        #: The last receive_later's reply, until it is read (:class:`_Asked`).
+        self._unread: _Asked | None = None
         #: Receipts whose early ack was answered, by queue: forgotten by the next early ack.
         self._answered: dict[str, list[Any]] = {}
 
     def __repr__(self) -> str:
         return f"<RedisAdapter {self.settings.where} prefix={self.settings.prefix!r}>"
 
+    # -- lifecycle -------------------------------------------------------------------------
+    def _errors(self) -> Any:
+        return self._server.errors()
+
+    def open(self) -> None:
+        self._server.open()
+
+    def close(self) -> None:
+        self._server.close()
+        self._unread = None
+
     # -- topology --------------------------------------------------------------------------
+    def keys(self, queue: str) -> _Keys:
+        """The Redis keys of ``queue``."""
+        return self._queue_keys.keys(queue)
+
     def declare(self, queue: QueueSpec) -> None:
-        self.keys(queue.name)
+        keys = self._queue_keys
+        keys.keys(queue.name)
         with self._errors():
-            self._registry("SADD", self._queues_key, queue.name)
+            keys.registry("SADD", keys.queues_key, queue.name)
 
     def queues(self) -> Sequence[str]:
+        keys = self._queue_keys
         with self._errors():
-            names = self._registry("SMEMBERS", self._queues_key)
+            names = keys.registry("SMEMBERS", keys.queues_key)
         return sorted(n.decode("utf-8", "backslashreplace") for n in names)
+
+    def delete_queue(self, queue: str) -> None:
+        """Delete the queue's keys, any of them set aside by the quarantine, and its name."""
+        self._browser.delete_queue(queue)
 
     # -- producing -------------------------------------------------------------------------
     def _check_sizes(self, messages: Sequence[Outgoing]) -> bool:
@@ -184,14 +222,14 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
     def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
         if not messages:
             return
-        k = self.keys(queue)
+        k = self._queue_keys.keys(queue)
         keys = (k.ready, k.delayed, k.data, k.seq, k.notify, k.urgent)
         delayed = self._check_sizes(messages)
         self.check_priorities(messages)
         prioritised = any(m.priority for m in messages)
         with self._errors():
             if len(messages) == 1 and not (delayed or prioritised):  # the hot path
-                self._run(_PUBLISH, k, keys, (b"0", _pack(messages[0])))
+                self._queue_keys.run(_PUBLISH, k, keys, (b"0", _pack(messages[0])))
                 self._wait_for_replicas(k, len(messages))
                 return
             for chunk in self._publish_chunks(messages):
@@ -207,7 +245,7 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
                         args.append(repr(max(m.delay, 0.0)))
                 else:
                     args = [b"0", *map(_pack, chunk)]
-                self._run(_PUBLISH, k, keys, args)
+                self._queue_keys.run(_PUBLISH, k, keys, args)
             self._wait_for_replicas(k, len(messages))
 
     def _wait_for_replicas(self, k: _Keys, count: int) -> None:
@@ -216,7 +254,7 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         if not want:
             return
         timeout_ms = max(1, int(self.settings.wait_timeout * 1000))
-        have = int(self._link.command("WAIT", want, timeout_ms, key=k.ready))
+        have = int(self._server.link.command("WAIT", want, timeout_ms, key=k.ready))
         if have < want:
             raise TransientAdapterError(
                 f"{self.settings.where}: {count} message(s) published to the primary, but only "
@@ -227,7 +265,7 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
     def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
         if not messages:
             return
-        k = self.keys(queue)
+        k = self._queue_keys.keys(queue)
         keys = (k.data, k.dead, k.dead_info, k.dead_ids, k.seq)
         self.check_priorities(messages)
         with self._errors():
@@ -235,25 +273,24 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
                 args: list[Any] = [reason]
                 for m in chunk:
                     args += (m.id, _pack(m), b"%d" % m.priority)
-                self._run(_PUBLISH_DEAD, k, keys, args)
+                self._queue_keys.run(_PUBLISH_DEAD, k, keys, args)
 
     # -- consuming -------------------------------------------------------------------------
-    def _token(self) -> str:
-        return f"{self._token_prefix}{next(self._tokens):x}"
-
     def receive(
         self, queue: str, *, max_messages: int, wait: float, lease: float
     ) -> Sequence[Delivery]:
         if max_messages < 1:
             return []
-        k = self.keys(queue)
+        k = self._queue_keys.keys(queue)
         keys = (k.ready, k.delayed, k.inflight, k.data, k.notify, k.urgent)
         n = min(max_messages, RECEIVE_LIMIT)
         lease_arg = repr(float(lease))
         with self._errors():
-            reply = self._run(_RECEIVE, k, keys, (n, lease_arg, self._token(), SWEEP_LIMIT))
+            reply = self._queue_keys.run(
+                _RECEIVE, k, keys, (n, lease_arg, self._server.token(), SWEEP_LIMIT)
+            )
             if reply[0] or wait <= 0:
-                return self._deliveries(queue, reply)
+                return _deliveries(queue, reply)
             end = time.monotonic() + wait
             while True:
                 remaining = end - time.monotonic()
@@ -261,36 +298,43 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
                     return []
                 if reply[1]:
                     remaining = min(remaining, max(float(reply[1]), 0.0))
-                args = (n, lease_arg, self._token(), SWEEP_LIMIT)
+                args = (n, lease_arg, self._server.token(), SWEEP_LIMIT)
                 if remaining > 0.0005:
                     reply = self._wait_then_receive(k, remaining, keys, args)
                 else:
-                    reply = self._run(_RECEIVE, k, keys, args)
+                    reply = self._queue_keys.run(_RECEIVE, k, keys, args)
                 if reply[0]:
-                    return self._deliveries(queue, reply)
+                    return _deliveries(queue, reply)
 
     def receive_later(
         self, queue: str, *, max_messages: int, lease: float
     ) -> Callable[[], Sequence[Delivery]]:
         # The script goes out now on a connection of its own, and its reply is read when
         # the worker asks for it: Redis runs the script while the worker runs its loop.
-        k = self.keys(queue)
+        k = self._queue_keys.keys(queue)
         keys = (k.ready, k.delayed, k.inflight, k.data, k.notify, k.urgent)
         n = max(1, min(max_messages, RECEIVE_LIMIT))
-        args = (n, repr(float(lease)), self._token(), SWEEP_LIMIT)
+        args = (n, repr(float(lease)), self._server.token(), SWEEP_LIMIT)
         unread, self._unread = self._unread, None
         if unread is not None:  # asked again before reading: that answer's leases run out
             with contextlib.suppress(AdapterError), self._errors():
                 unread.reply()
         with self._errors():
-            conn = self._ahead_connection(k.ready)
+            conn = self._server.ahead_connection(k.ready)
             try:
                 conn.send_command("EVALSHA", _RECEIVE.sha, len(keys), *keys, *args)
             except _LOST:
                 conn.disconnect()  # a late reply must never answer the next command
                 raise
-        asked = self._unread = _Asked(self, conn, queue, n, lease)
+        asked = self._unread = _Asked(
+            self._server, conn, queue, n, lease, self.receive, self._forget_unread
+        )
         return asked
+
+    def _forget_unread(self, asked: _Asked) -> None:
+        """``asked`` is being read: it is unread no more."""
+        if self._unread is asked:
+            self._unread = None
 
     def _wait_then_receive(
         self, k: _Keys, timeout: float, keys: Sequence[bytes], args: Sequence[Any]
@@ -298,7 +342,7 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         """Block until a publisher (or a receiver with more ready) pushes a token, or timeout,
         then receive: both commands go out together, so Redis runs the receive script the
         moment the wait ends, without a round trip in between."""
-        conn = self._connection(k.notify)
+        conn = self._server.connection(k.notify)
         # BLPOP treats 0 as "forever"; the socket must outwait the server-side timeout.
         timeout = min(max(timeout, 0.001), max(self.settings.socket_timeout - 1.0, 0.5))
         try:
@@ -321,27 +365,19 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
             raise
         waited, received = replies
         if isinstance(waited, rx.AskError):  # MOVED too: the slot is elsewhere (the script
-            self._link.redirected(waited)  # failed the same way): the one-command path follows
-            return self._run(_RECEIVE, k, keys, args)
+            self._server.link.redirected(waited)  # failed the same way): the one-command path
+            return self._queue_keys.run(_RECEIVE, k, keys, args)
         if isinstance(waited, rx.ResponseError):
-            if not _is_wrong_storage(waited):
+            if not is_wrong_storage(waited):
                 raise waited
-            self._quarantine(k.typed)  # a wrong-typed notify key: set it aside, look again
+            self._queue_keys.quarantine(
+                k.typed
+            )  # a wrong-typed notify key: set it aside, look again
         if isinstance(received, rx.ResponseError):
             # The script not loaded yet, or a wrong-typed key: the one-command path deals
             # with either (the failed call wrote nothing).
-            return self._run(_RECEIVE, k, keys, args)
+            return self._queue_keys.run(_RECEIVE, k, keys, args)
         return received
-
-    @staticmethod
-    def _deliveries(queue: str, reply: list[Any]) -> list[Delivery]:
-        """The deliveries of a receive reply; never raises on what the records hold."""
-        if not reply or not reply[0]:
-            return []
-        deadline = _number(reply[0])
-        return [
-            _delivery(queue, reply[i], reply[i + 1], deadline) for i in range(1, len(reply) - 1, 2)
-        ]
 
     @staticmethod
     def _by_queue(deliveries: Sequence[Delivery]) -> Iterator[tuple[str, Sequence[Delivery]]]:
@@ -375,15 +411,15 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         answered: dict[str, list[bytes]] = {}
         with self._errors():
             for queue, group in self._by_queue(deliveries):
-                k = self.keys(queue)
+                k = self._queue_keys.keys(queue)
                 keys = (k.inflight, k.data, k.early)
-                for chunk in _chunks(group, SETTLE_CHUNK):
+                for chunk in chunks(group, SETTLE_CHUNK):
                     receipts = [d.receipt for d in chunk]
                     args: list[Any] = [mode, *receipts]
                     if mode == b"early":
                         forget = self._answered.pop(queue, [])[:SETTLE_CHUNK]
                         args = [mode, EARLY_MEMORY, len(forget), *forget, *receipts]
-                    positions = self._run(_ACK, k, keys, args)
+                    positions = self._queue_keys.run(_ACK, k, keys, args)
                     stale.extend(chunk[p - 1] for p in positions)
                     if mode == b"early":
                         refused = set(positions)
@@ -403,11 +439,11 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         lease_arg = repr(float(lease))
         with self._errors():
             for queue, group in self._by_queue(deliveries):
-                k = self.keys(queue)
+                k = self._queue_keys.keys(queue)
                 keys = (k.inflight, k.early)
-                for chunk in _chunks(group, SETTLE_CHUNK):
+                for chunk in chunks(group, SETTLE_CHUNK):
                     args = [lease_arg, *(d.receipt for d in chunk)]
-                    positions = self._run(_EXTEND, k, keys, args)
+                    positions = self._queue_keys.run(_EXTEND, k, keys, args)
                     stale.extend(chunk[p - 1] for p in positions)
         if stale:
             raise StaleReceipt(stale, "extend")
@@ -416,9 +452,9 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         delay = delay if delay > 0 else 0.0
         if delay:
             self.check_delay(delay)
-        k = self.keys(delivery.queue)
+        k = self._queue_keys.keys(delivery.queue)
         with self._errors():
-            done = self._run(
+            done = self._queue_keys.run(
                 _NACK,
                 k,
                 (k.inflight, k.ready, k.delayed, k.notify, k.urgent),
@@ -428,7 +464,7 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
             raise StaleReceipt([delivery], "nack")
 
     def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
-        k = self.keys(delivery.queue)
+        k = self._queue_keys.keys(delivery.queue)
         if body is not None:
             replacement = _pack(Outgoing(delivery.message_id, body))
         elif delivery.corrupt is not None:
@@ -438,7 +474,7 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         else:
             replacement = b""
         with self._errors():
-            done = self._run(
+            done = self._queue_keys.run(
                 _DEAD_LETTER,
                 k,
                 (k.inflight, k.data, k.dead, k.dead_info, k.dead_ids),
@@ -447,33 +483,73 @@ class RedisAdapter(_Browsing, _QueueKeys, _Server):
         if not done:
             raise StaleReceipt([delivery], "dead_letter")
 
+    # -- inspection ------------------------------------------------------------------------
+    def stats(self, queue: str) -> QueueStats:
+        """Exact counts and the oldest ready message's age, from one script call."""
+        return self._browser.stats(queue)
+
+    def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
+        """Oldest first, from one script call."""
+        return self._browser.dead_letters(queue, limit=limit)
+
+    def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        """Ready again as new deliveries, a script call per chunk of ids; each message moves
+        atomically."""
+        return self._browser.requeue_dead(queue, message_ids)
+
+    def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
+        return self._browser.delete_dead(queue, message_ids)
+
+    def purge(self, queue: str) -> int:
+        """Ready and delayed messages, a script call per chunk until a short one."""
+        return self._browser.purge(queue)
+
+
+def _deliveries(queue: str, reply: list[Any]) -> list[Delivery]:
+    """The deliveries of a receive reply; never raises on what the records hold."""
+    if not reply or not reply[0]:
+        return []
+    deadline = _number(reply[0])
+    return [_delivery(queue, reply[i], reply[i + 1], deadline) for i in range(1, len(reply) - 1, 2)]
+
 
 class _Asked:
-    """A receive script that :meth:`RedisAdapter.receive_later` sent: its reply, read once."""
+    """A receive script that :meth:`RedisAdapter.receive_later` sent: its reply, read once.
 
-    __slots__ = ("_adapter", "_conn", "_lease", "_n", "_queue", "_read")
+    ``receive``: the adapter's, for when the script did not run; ``taken(self)`` tells the
+    adapter it is being read."""
 
-    def __init__(self, adapter: RedisAdapter, conn: Any, queue: str, n: int, lease: float) -> None:
-        self._adapter, self._conn, self._queue, self._n, self._lease = (
-            adapter,
+    __slots__ = ("_conn", "_lease", "_n", "_queue", "_read", "_receive", "_server", "_taken")
+
+    def __init__(
+        self,
+        server: Server,
+        conn: Any,
+        queue: str,
+        n: int,
+        lease: float,
+        receive: Callable[..., Sequence[Delivery]],
+        taken: Callable[[_Asked], None],
+    ) -> None:
+        self._server, self._conn, self._queue, self._n, self._lease = (
+            server,
             conn,
             queue,
             n,
             lease,
         )
+        self._receive, self._taken = receive, taken
         self._read = False
 
     def __call__(self) -> Sequence[Delivery]:
-        adapter = self._adapter
-        if adapter._unread is self:
-            adapter._unread = None
+        self._taken(self)
         if self._read:
             return []  # read and dropped when the adapter was asked again first
-        with adapter._errors():
+        with self._server.errors():
             reply = self.reply()
         if reply is None:  # the one-call path loads the script, follows, sets aside
-            return adapter.receive(self._queue, max_messages=self._n, wait=0, lease=self._lease)
-        return adapter._deliveries(self._queue, reply)
+            return self._receive(self._queue, max_messages=self._n, wait=0, lease=self._lease)
+        return _deliveries(self._queue, reply)
 
     def reply(self) -> Any:
         """The script's reply (redis-py errors), or None when the script did not run: it
@@ -484,7 +560,7 @@ class _Asked:
             return conn.read_response()
         except rx.ResponseError as exc:
             if isinstance(exc, rx.AskError):  # MOVED too: note where the slot is
-                self._adapter._ahead.redirected(exc)
+                self._server.ahead.redirected(exc)
             elif not isinstance(exc, rx.NoScriptError):
                 conn.disconnect()  # a demoted master, a wrong-typed key: start anew
             return None

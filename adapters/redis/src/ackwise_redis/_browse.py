@@ -9,9 +9,11 @@ from collections.abc import Sequence
 
 from ackwise.spi import DeadLetter, QueueStats
 from ackwise_redis._connection import load_script
-from ackwise_redis._keys import _QueueKeys
+from ackwise_redis._keys import QueueKeys
 from ackwise_redis._records import _dead_letter_of, _seq_time
-from ackwise_redis._server import PUBLISH_CHUNK, PURGE_CHUNK, _chunks
+from ackwise_redis._server import PUBLISH_CHUNK, PURGE_CHUNK, Server, chunks
+
+__all__ = ["Browser"]
 
 _DEAD_LETTERS = load_script("dead_letters")
 _REQUEUE_DEAD = load_script("requeue_dead", lib=True)
@@ -30,14 +32,20 @@ def _glob_escape(raw: bytes) -> bytes:
     return bytes(out)
 
 
-class _Browsing(_QueueKeys):
+class Browser:
     """Counts, dead-letter listing, replay and deletion, purging: one script call each."""
+
+    def __init__(self, server: Server, keys: QueueKeys) -> None:
+        self._server = server
+        self._keys = keys
 
     # -- inspection ------------------------------------------------------------------------
     def stats(self, queue: str) -> QueueStats:
-        k = self.keys(queue)
-        with self._errors():
-            reply = self._run(_STATS, k, (k.ready, k.delayed, k.inflight, k.dead, k.urgent), ())
+        k = self._keys.keys(queue)
+        with self._server.errors():
+            reply = self._keys.run(
+                _STATS, k, (k.ready, k.delayed, k.inflight, k.dead, k.urgent), ()
+            )
         ready, delayed, in_flight, dead = (int(x) for x in reply[:4])
         now = float(reply[4])
         times = [t for t in map(_seq_time, reply[5:]) if t is not None]
@@ -54,60 +62,61 @@ class _Browsing(_QueueKeys):
     def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
         if limit < 1:
             return []
-        k = self.keys(queue)
-        with self._errors():
-            reply = self._run(_DEAD_LETTERS, k, (k.dead, k.data, k.dead_info), (limit,))
+        k = self._keys.keys(queue)
+        with self._server.errors():
+            reply = self._keys.run(_DEAD_LETTERS, k, (k.dead, k.data, k.dead_info), (limit,))
         return [_dead_letter_of(queue, *reply[i : i + 4]) for i in range(0, len(reply) - 3, 4)]
 
     def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
         if not message_ids:
             return 0
-        k = self.keys(queue)
+        k = self._keys.keys(queue)
         keys = (k.dead, k.dead_info, k.dead_ids, k.data, k.ready, k.seq, k.notify, k.urgent)
         moved = 0
-        with self._errors():
-            for chunk in _chunks(list(message_ids), PUBLISH_CHUNK):
-                moved += int(self._run(_REQUEUE_DEAD, k, keys, chunk))
+        with self._server.errors():
+            for chunk in chunks(list(message_ids), PUBLISH_CHUNK):
+                moved += int(self._keys.run(_REQUEUE_DEAD, k, keys, chunk))
         return moved
 
     def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
-        k = self.keys(queue)
+        k = self._keys.keys(queue)
         keys = (k.dead, k.dead_info, k.dead_ids, k.data)
-        with self._errors():
+        with self._server.errors():
             if message_ids is None:
-                return int(self._run(_DELETE_DEAD, k, keys, ("*",)))
+                return int(self._keys.run(_DELETE_DEAD, k, keys, ("*",)))
             deleted = 0
-            for chunk in _chunks(list(message_ids), PUBLISH_CHUNK):
-                deleted += int(self._run(_DELETE_DEAD, k, keys, ("=", *chunk)))
+            for chunk in chunks(list(message_ids), PUBLISH_CHUNK):
+                deleted += int(self._keys.run(_DELETE_DEAD, k, keys, ("=", *chunk)))
             return deleted
 
     def delete_queue(self, queue: str) -> None:
         """Delete the queue's keys, any of them set aside by the quarantine, and its name."""
-        k = self.keys(queue)
+        k = self._keys.keys(queue)
         tag = k.ready.rsplit(b":", 1)[0]
         pattern = _glob_escape(tag) + b":*:quarantined:*"
-        with self._errors():
-            self._connection(k.ready)
+        server = self._server
+        with server.errors():
+            server.connection(k.ready)
             doomed = [key for key, _ in k.typed]
             cursor = b"0"
             while True:  # in a cluster: on the node of the queue's slot, where they all are
-                cursor, found = self._link.command(
+                cursor, found = server.link.command(
                     "SCAN", cursor, "MATCH", pattern, "COUNT", 1000, key=k.ready
                 )
                 doomed += found
                 if cursor in (b"0", 0):
                     break
-            self._link.command("DEL", *doomed, key=k.ready)  # keys of one slot: one DEL
-            self._registry("SREM", self._queues_key, queue)
-        self._keys.pop(queue, None)
+            server.link.command("DEL", *doomed, key=k.ready)  # keys of one slot: one DEL
+            self._keys.registry("SREM", self._keys.queues_key, queue)
+        self._keys.forget(queue)
 
     def purge(self, queue: str) -> int:
-        k = self.keys(queue)
+        k = self._keys.keys(queue)
         keys = (k.ready, k.delayed, k.data, k.urgent)
         total = 0
-        with self._errors():
+        with self._server.errors():
             while True:
-                counts = [int(n) for n in self._run(_PURGE, k, keys, (PURGE_CHUNK,))]
+                counts = [int(n) for n in self._keys.run(_PURGE, k, keys, (PURGE_CHUNK,))]
                 total += sum(counts)
                 if max(counts) < PURGE_CHUNK:
                     return total

@@ -15,7 +15,10 @@ import redis.exceptions as rx
 
 from ackwise.errors import PermanentAdapterError
 from ackwise_redis._connection import Script, load_script
-from ackwise_redis._server import _Server
+from ackwise_redis._server import Server
+from ackwise_redis._url import RedisSettings
+
+__all__ = ["QueueKeys", "is_wrong_storage"]
 
 # The adapter's one logger, named as before it was split into modules.
 log = logging.getLogger("ackwise_redis._adapter")
@@ -62,34 +65,43 @@ def _keys(prefix: str, queue: str) -> _Keys:
     return _Keys(**k, typed=tuple((k[name], kind) for name, kind in _KEY_TYPES.items()))
 
 
-def _is_wrong_storage(exc: rx.ResponseError) -> bool:
+def is_wrong_storage(exc: rx.ResponseError) -> bool:
     """Did a script meet a key of the wrong type, or a seq counter that holds no count?"""
     text = str(exc)
     return "WRONGTYPE" in text or "ACKWISE_CORRUPT" in text
 
 
-class _QueueKeys(_Server):
-    """A queue's keys by name; scripts run past a wrong-typed key, which is set aside."""
+class QueueKeys:
+    """A queue's keys by name, and the set of queue names; scripts run past a wrong-typed
+    key, which is set aside."""
+
+    def __init__(self, settings: RedisSettings, server: Server) -> None:
+        self._prefix = settings.prefix
+        self._server = server
+        self._keys: dict[str, _Keys] = {}
+        #: The set of queue names (``declare`` adds to it, ``queues`` lists it).
+        self.queues_key = f"{{{settings.prefix}}}:queues".encode()
 
     # -- keys ------------------------------------------------------------------------------
-    def _run(self, script: Script, k: _Keys, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+    def run(self, script: Script, k: _Keys, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         """Run a script of the queue whose keys are ``k``, past a wrong-typed key of it.
 
         The failed call wrote nothing (no script writes before its checks), so it runs once more
         after the quarantine, also when another client set the key aside first.
         """
+        server = self._server
         try:
-            return self._eval(script, keys, args)
+            return server.eval(script, keys, args)
         except rx.ResponseError as exc:
-            if not _is_wrong_storage(exc):
+            if not is_wrong_storage(exc):
                 raise
-            self._quarantine(k.typed)
-        return self._eval(script, keys, args)
+            self.quarantine(k.typed)
+        return server.eval(script, keys, args)
 
-    def _quarantine(self, typed: Sequence[tuple[bytes, str]]) -> None:
+    def quarantine(self, typed: Sequence[tuple[bytes, str]]) -> None:
         """Rename aside the keys that hold what ackwise never writes there, one ERROR each."""
         wants = dict(typed)
-        moved = self._eval(_QUARANTINE, list(wants), list(wants.values()))
+        moved = self._server.eval(_QUARANTINE, list(wants), list(wants.values()))
         for i in range(0, len(moved) - 2, 3):
             key, held, aside = moved[i : i + 3]
             want = wants.get(key, "?")
@@ -111,16 +123,21 @@ class _QueueKeys(_Server):
                     f"queue name {queue!r} cannot be used with Redis: it must be non-empty and "
                     "contain no braces (they delimit the keys' hash tag)"
                 )
-            k = self._keys[queue] = _keys(self.settings.prefix, queue)
+            k = self._keys[queue] = _keys(self._prefix, queue)
         return k
 
-    def _registry(self, *command: Any) -> Any:
+    def forget(self, queue: str) -> None:
+        """Forget ``queue``'s keys (its queue was deleted)."""
+        self._keys.pop(queue, None)
+
+    def registry(self, *command: Any) -> Any:
         """A command on the set of queue names, past a wrong-typed key (set aside, as queues')."""
-        self._connection(self._queues_key)  # the idle check first
+        server, key = self._server, self.queues_key
+        server.connection(key)  # the idle check first
         try:
-            return self._link.command(*command, key=self._queues_key)
+            return server.link.command(*command, key=key)
         except rx.ResponseError as exc:
-            if not _is_wrong_storage(exc):
+            if not is_wrong_storage(exc):
                 raise
-            self._quarantine(((self._queues_key, "set"),))
-        return self._link.command(*command, key=self._queues_key)
+            self.quarantine(((key, "set"),))
+        return server.link.command(*command, key=key)

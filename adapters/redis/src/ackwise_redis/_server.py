@@ -1,8 +1,8 @@
-"""The adapter's base: its connection to the server and the limits of one script call.
+"""The adapter's connection to the server, and the limits of one script call.
 
 Opening and closing the connection, checking the server on connect (its version, its eviction
 policy), checking a connection that sat idle before a command goes out on it, and running a
-script.  See the adapter's overview (:mod:`ackwise_redis._adapter`).
+script.  The adapter holds one :class:`Server`; see its overview (:mod:`ackwise_redis._adapter`).
 """
 
 from __future__ import annotations
@@ -13,17 +13,13 @@ import os
 import select
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.exceptions as rx
 
 from ackwise.errors import PermanentAdapterError
-from ackwise.spi import Adapter, BrokerURL
 from ackwise_redis._connection import Link, Script
-from ackwise_redis._url import RedisSettings, parse_redis_url
-
-if TYPE_CHECKING:
-    from ackwise_redis._keys import _Keys
+from ackwise_redis._url import RedisSettings
 
 # The adapter's one logger, named as before it was split into modules.
 log = logging.getLogger("ackwise_redis._adapter")
@@ -45,43 +41,58 @@ PURGE_CHUNK = 1000
 #: A connection unused for longer is checked for a close by the server before it is used.
 IDLE_CHECK = 0.05
 
+__all__ = [
+    "IDLE_CHECK",
+    "MIN_REDIS",
+    "PUBLISH_CHUNK",
+    "PUBLISH_CHUNK_BYTES",
+    "PURGE_CHUNK",
+    "RECEIVE_LIMIT",
+    "SETTLE_CHUNK",
+    "SWEEP_LIMIT",
+    "Server",
+    "chunks",
+]
+
 # Warn once per broker and process about an eviction policy, not on every reconnect.
 _warned: set[str] = set()
 
 
-def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
 
 
-class _Server(Adapter):
-    """One connection to the server, checked on connect and after idling; script calls."""
+class Server:
+    """One connection to the server, checked on connect and after idling; script calls; the
+    receipts' tokens."""
 
-    def __init__(self, url: BrokerURL) -> None:
-        super().__init__(url)
-        self.settings: RedisSettings = parse_redis_url(url)
-        self._link = Link(self.settings, on_connect=self._check_server)
+    def __init__(self, settings: RedisSettings) -> None:
+        self.settings = settings
+        #: The connection(s) of every command but the receives read later.
+        self.link = Link(self.settings, on_connect=self._check_server)
         #: The connection(s) of receives whose answer is read later (``receive_later``): no
         #: other command's reply can come before theirs.
-        self._ahead = Link(self.settings, on_connect=self._check_server)
-        #: The last receive_later's reply, until it is read (``_adapter._Asked``).
-        self._unread: Any = None
-        self._keys: dict[str, _Keys] = {}
-        self._queues_key = f"{{{self.settings.prefix}}}:queues".encode()
+        self.ahead = Link(self.settings, on_connect=self._check_server)
         self._token_prefix = ""
         self._tokens = itertools.count(1)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def _errors(self) -> Any:
-        return self._link.errors()
+    def errors(self) -> Any:
+        """The context that maps redis-py errors to :mod:`ackwise.errors` ones."""
+        return self.link.errors()
 
     def open(self) -> None:
-        if self._link.is_open:
+        if self.link.is_open:
             return
-        self._link.connection()
-        self._link.last_used = time.monotonic()
+        self.link.connection()
+        self.link.last_used = time.monotonic()
         self._token_prefix = os.urandom(5).hex() + "."
         self._tokens = itertools.count(1)
+
+    def token(self) -> str:
+        """A token unique to this opening of the connection (a receipt's last part)."""
+        return f"{self._token_prefix}{next(self._tokens):x}"
 
     def _check_server(self, conn: Any) -> None:
         """Refuse too old a Redis; warn (or refuse, ``strict=true``) about eviction."""
@@ -121,26 +132,25 @@ class _Server(Adapter):
             log.warning("%s (add ?strict=true to refuse to start instead)", message)
 
     def close(self) -> None:
-        self._link.close()
-        self._ahead.close()
-        self._unread = None
+        self.link.close()
+        self.ahead.close()
 
-    def _connection(self, key: bytes | None = None) -> Any:
+    def connection(self, key: bytes | None = None) -> Any:
         """The connection that serves ``key`` (in a cluster: its slot's primary)."""
         self._ready(key)
-        return self._link.connection(key)
+        return self.link.connection(key)
 
-    def _ahead_connection(self, key: bytes) -> Any:
+    def ahead_connection(self, key: bytes) -> Any:
         """The connection for a receive read later (checked as :meth:`_ready` checks)."""
-        self._ready(key, self._ahead)
-        return self._ahead.connection(key)
+        self._ready(key, self.ahead)
+        return self.ahead.connection(key)
 
     def _ready(self, key: bytes | None, link: Link | None = None) -> None:
         """Open the adapter if it is not, and check the connection of ``key`` on ``link``
         (default: the main one) if it sat idle."""
-        if not self._link.is_open:
+        if not self.link.is_open:
             self.open()
-        link = link or self._link
+        link = link or self.link
         now = time.monotonic()
         idle, link.last_used = now - link.last_used, now
         if idle > IDLE_CHECK:
@@ -171,6 +181,7 @@ class _Server(Adapter):
             except (rx.ConnectionError, rx.TimeoutError, OSError):
                 conn.disconnect()  # the next send reconnects
 
-    def _eval(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+    def eval(self, script: Script, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        """Run ``script`` (after the idle check of its first key's connection)."""
         self._ready(keys[0] if keys else None)  # the idle check first
-        return self._link.eval(script, keys, args)
+        return self.link.eval(script, keys, args)

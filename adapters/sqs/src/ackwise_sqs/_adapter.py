@@ -41,26 +41,43 @@ malformed messages
     due time that is no number or more than 13 hours ahead) is delivered as a corrupt record
     (:attr:`~ackwise.Delivery.corrupt`), its body as SQS holds it.
 
-The code is one part per concern, each a class in its own module building on the parts it
-uses: :mod:`~ackwise_sqs._client` (the boto3 client, its calls and their parallel requests),
-:mod:`~ackwise_sqs._topology` (queue names, creation, redrive policy),
-:mod:`~ackwise_sqs._publish` (sending), :mod:`~ackwise_sqs._receive` (receiving, receipts,
-the re-arm of long delays), :mod:`~ackwise_sqs._settle` (ack, extend, nack, dead letter) and
-:mod:`~ackwise_sqs._browse` (stats, dead letters, purge).  :mod:`~ackwise_sqs._messages` reads
+The adapter holds one object per concern, each in its own module and using the parts it
+needs by their methods only: the client (:class:`~ackwise_sqs._client.Client`: the boto3
+client, its calls and their parallel requests), the topology
+(:class:`~ackwise_sqs._topology.Topology`: queue names, creation, redrive policy), the
+publisher (:class:`~ackwise_sqs._publish.Publisher`: sending), the receiver
+(:class:`~ackwise_sqs._receive.Receiver`: receiving, receipts, the re-arm of long delays), the
+settler (:class:`~ackwise_sqs._settle.Settler`: ack, extend, nack, dead letter) and the browser
+(:class:`~ackwise_sqs._browse.Browser`: stats, dead letters, purge); the adapter checks delays
+and priorities before it hands a call on.  :mod:`~ackwise_sqs._messages` reads
 and writes ackwise's attributes and bodies (plain functions); :mod:`~ackwise_sqs._limits`
 holds SQS's limits.
 """
 
 from __future__ import annotations
 
-from ackwise.spi import AttemptCount, Capabilities, LeaseExtension
-from ackwise_sqs._browse import _Browsing
-from ackwise_sqs._client import _Client
+from collections.abc import Sequence
+
+from ackwise.spi import (
+    Adapter,
+    AttemptCount,
+    BrokerURL,
+    Capabilities,
+    DeadLetter,
+    Delivery,
+    LeaseExtension,
+    Outgoing,
+    QueueSpec,
+    QueueStats,
+)
+from ackwise_sqs._browse import Browser
+from ackwise_sqs._client import Client
 from ackwise_sqs._limits import _BATCH, MAX_DELAY, MAX_MESSAGE_SIZE, MAX_VISIBILITY
-from ackwise_sqs._publish import _Publishing
-from ackwise_sqs._receive import SQSReceipt, _Receiving
-from ackwise_sqs._settle import _Settling
-from ackwise_sqs._topology import _Topology, sqs_queue_name
+from ackwise_sqs._publish import Publisher
+from ackwise_sqs._receive import Receiver, SQSReceipt
+from ackwise_sqs._settle import Settler
+from ackwise_sqs._topology import Topology, sqs_queue_name
+from ackwise_sqs._url import SQSSettings, parse_sqs_url
 
 __all__ = [
     "MAX_DELAY",
@@ -72,7 +89,7 @@ __all__ = [
 ]
 
 
-class SQSAdapter(_Browsing, _Settling, _Receiving, _Publishing, _Topology, _Client):
+class SQSAdapter(Adapter):
     """Amazon SQS through boto3: visibility leases, long polling, batches, redrive, FIFO."""
 
     name = "sqs"
@@ -93,3 +110,113 @@ class SQSAdapter(_Browsing, _Settling, _Receiving, _Publishing, _Topology, _Clie
         deep_prefetch=True,
         time_resolution=1.0,  # VisibilityTimeout and DelaySeconds are whole seconds
     )
+
+    def __init__(self, url: BrokerURL) -> None:
+        super().__init__(url)
+        self.settings: SQSSettings = parse_sqs_url(url)
+        self._client = Client(self.settings)
+        self._topology = Topology(self.settings, self._client)
+        self._publisher = Publisher(self.settings, self._client, self._topology)
+        self._receiver = Receiver(self.settings, self._client, self._topology)
+        self._settler = Settler(self._client, self._topology, self._publisher)
+        self._browser = Browser(self._client, self._topology, self._publisher)
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """API calls made, by operation name (for benchmarks and tests)."""
+        return self._client.calls
+
+    @property
+    def rearmed(self) -> int:
+        """Early receives of long delays re-armed by visibility (not deliveries)."""
+        return self._receiver.rearmed
+
+    def last_send(self, since: float) -> float:
+        """When this thread's last HTTP attempt went out (``since`` if none did after it)."""
+        return self._client.last_send(since)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def open(self) -> None:
+        self._client.open()
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- topology --------------------------------------------------------------------------
+    def declare(self, queue: QueueSpec) -> None:
+        self._topology.declare(queue)
+
+    def delete_queue(self, queue: str) -> None:
+        """Delete the queue and its dead-letter queue (SQS: a name is free again after 60 s)."""
+        self._topology.delete_queue(queue)
+
+    def queues(self) -> Sequence[str]:
+        return self._topology.queues()
+
+    # -- producing -------------------------------------------------------------------------
+    def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
+        if not messages:
+            return
+        for m in messages:
+            self.check_delay(m.delay)
+        self.check_priorities(messages)  # SQS has none
+        self._publisher.publish(queue, messages)
+
+    def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
+        if not messages:
+            return
+        self.check_priorities(messages)
+        self._publisher.publish_dead(queue, messages, reason=reason)
+
+    # -- consuming -------------------------------------------------------------------------
+    def receive(
+        self, queue: str, *, max_messages: int, wait: float, lease: float
+    ) -> Sequence[Delivery]:
+        """``ReceiveMessage`` with the lease as visibility (a long poll while ``wait`` lasts,
+        up to 20 s); a full first batch has the rest fetched at once, in parallel.  A long
+        delay met before it is due is re-armed, not delivered."""
+        return self._receiver.receive(queue, max_messages=max_messages, wait=wait, lease=lease)
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Delete the messages: 10 per DeleteMessageBatch, the requests at once (see
+        :meth:`Settler.ack <ackwise_sqs._settle.Settler.ack>`)."""
+        self._settler.ack(deliveries)
+
+    def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
+        """``ChangeMessageVisibilityBatch``; past 12 hours since the receive:
+        :class:`~ackwise_sqs.VisibilityCapReached`."""
+        self._settler.extend(deliveries, lease=lease)
+
+    def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
+        """Visible again after ``delay``; a delay past what this receive's visibility can hold
+        is carried by a fresh copy, and the delivery deleted."""
+        self.check_delay(delay)
+        self._settler.nack(delivery, delay=delay)
+
+    def dead_letter(self, delivery: Delivery, *, reason: str, body: bytes | None = None) -> None:
+        """Sent to the dead-letter queue with ackwise's attributes, then deleted."""
+        self._settler.dead_letter(delivery, reason=reason, body=body)
+
+    # -- inspection ------------------------------------------------------------------------
+    def stats(self, queue: str) -> QueueStats:
+        """Count from SQS's approximate attributes (see
+        :meth:`Browser.stats <ackwise_sqs._browse.Browser.stats>`)."""
+        return self._browser.stats(queue)
+
+    def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
+        """The dead-letter queue, peeked (received briefly, then visible again)."""
+        return self._browser.dead_letters(queue, limit=limit)
+
+    def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
+        """The chosen dead letters are sent to the queue, then deleted from the dead-letter
+        queue (a crash in between replays one twice, never not at all)."""
+        return self._browser.requeue_dead(queue, message_ids)
+
+    def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
+        """Peeked, and the chosen ones deleted (all of them without ``message_ids``)."""
+        return self._browser.delete_dead(queue, message_ids)
+
+    def purge(self, queue: str) -> int:
+        """Delete every receivable message (see
+        :meth:`Browser.purge <ackwise_sqs._browse.Browser.purge>`)."""
+        return self._browser.purge(queue)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ackwise.spi import DeadLetter, Outgoing, QueueStats
-from ackwise_sqs._client import _slices
+from ackwise_sqs._client import Client, _slices
 from ackwise_sqs._limits import _BATCH
 from ackwise_sqs._messages import (
     _ATTEMPT,
@@ -21,22 +21,29 @@ from ackwise_sqs._messages import (
     _stored_body,
     _whole,
 )
-from ackwise_sqs._publish import _Publishing
-from ackwise_sqs._topology import _Queue
+from ackwise_sqs._publish import Publisher
+from ackwise_sqs._topology import Topology, _Queue
+
+__all__ = ["Browser"]
 
 _PEEK_VISIBILITY = 30
 _PEEK_LIMIT = 10_000
 
 
-class _Browsing(_Publishing):
+class Browser:
     """Stats, the dead-letter queue (list, replay, delete) and purge."""
+
+    def __init__(self, client: Client, topology: Topology, publisher: Publisher) -> None:
+        self._client = client
+        self._topology = topology
+        self._publisher = publisher
 
     # -- dead letters ----------------------------------------------------------------------
     def _peek(self, url: str) -> list[dict[str, Any]]:
         """Take every message of ``url`` briefly, to look at it; see :meth:`_unpeek`."""
         seen: list[dict[str, Any]] = []
         while len(seen) < _PEEK_LIMIT:
-            got = self._call(
+            got = self._client.call(
                 "ReceiveMessage",
                 QueueUrl=url,
                 MaxNumberOfMessages=_BATCH,
@@ -52,7 +59,7 @@ class _Browsing(_Publishing):
 
     def _unpeek(self, url: str, messages: list[dict[str, Any]]) -> None:
         for chunk in _slices(messages, _BATCH):
-            self._call(
+            self._client.call(
                 "ChangeMessageVisibilityBatch",
                 QueueUrl=url,
                 Entries=[
@@ -63,7 +70,7 @@ class _Browsing(_Publishing):
 
     def _delete(self, url: str, messages: list[dict[str, Any]]) -> None:
         for chunk in _slices(messages, _BATCH):
-            self._call(
+            self._client.call(
                 "DeleteMessageBatch",
                 QueueUrl=url,
                 Entries=[
@@ -87,7 +94,7 @@ class _Browsing(_Publishing):
         )
 
     def dead_letters(self, queue: str, *, limit: int = 100) -> Sequence[DeadLetter]:
-        info = self._queue(queue)
+        info = self._topology.queue(queue)
         peeked = self._peek(info.dlq_url)
         try:
             letters = [self._dead_letter_of(info, m) for m in peeked]
@@ -97,7 +104,7 @@ class _Browsing(_Publishing):
         return letters[:limit]
 
     def requeue_dead(self, queue: str, message_ids: Sequence[str]) -> int:
-        info = self._queue(queue)
+        info = self._topology.queue(queue)
         wanted = set(message_ids)
         peeked = self._peek(info.dlq_url)
         chosen = [m for m in peeked if self._dead_letter_of(info, m).message_id in wanted]
@@ -106,18 +113,20 @@ class _Browsing(_Publishing):
             if chosen:
                 letters = [self._dead_letter_of(info, m) for m in chosen]
                 entries = [
-                    self._entry(info, Outgoing(x.message_id, x.body), i)
+                    self._publisher.entry(info, Outgoing(x.message_id, x.body), i)
                     for i, x in enumerate(letters)
                 ]
                 # Published first, then deleted: a crash in between replays it twice, never 0.
-                self._send_batches(info, info.url, entries, [x.message_id for x in letters])
+                self._publisher.send_batches(
+                    info, info.url, entries, [x.message_id for x in letters]
+                )
                 self._delete(info.dlq_url, chosen)
         finally:
             self._unpeek(info.dlq_url, rest)
         return len(chosen)
 
     def delete_dead(self, queue: str, message_ids: Sequence[str] | None = None) -> int:
-        info = self._queue(queue)
+        info = self._topology.queue(queue)
         peeked = self._peek(info.dlq_url)
         if message_ids is None:
             chosen = peeked
@@ -139,16 +148,16 @@ class _Browsing(_Publishing):
         shows them as not visible); ``oldest_age`` is 0.0: SQS publishes the age of the oldest
         message only as a CloudWatch metric.
         """
-        info = self._queue(queue)
+        info = self._topology.queue(queue)
         names = [
             "ApproximateNumberOfMessages",
             "ApproximateNumberOfMessagesDelayed",
             "ApproximateNumberOfMessagesNotVisible",
         ]
-        main = self._call("GetQueueAttributes", QueueUrl=info.url, AttributeNames=names)[
+        main = self._client.call("GetQueueAttributes", QueueUrl=info.url, AttributeNames=names)[
             "Attributes"
         ]
-        dead = self._call("GetQueueAttributes", QueueUrl=info.dlq_url, AttributeNames=names)[
+        dead = self._client.call("GetQueueAttributes", QueueUrl=info.dlq_url, AttributeNames=names)[
             "Attributes"
         ]
         return QueueStats(
@@ -165,10 +174,10 @@ class _Browsing(_Publishing):
 
         Not ``PurgeQueue``: it deletes in-flight messages too (and runs once a minute at most).
         """
-        info = self._queue(queue)
+        info = self._topology.queue(queue)
         total = 0
         while True:
-            got = self._call(
+            got = self._client.call(
                 "ReceiveMessage",
                 QueueUrl=info.url,
                 MaxNumberOfMessages=_BATCH,

@@ -2,7 +2,8 @@
 errors mapped by :func:`~ackwise_sqs.map_botocore_errors`), and the parallel requests of one
 call on a small thread pool.
 
-See the adapter's overview (:mod:`ackwise_sqs._adapter`).
+The adapter holds one :class:`Client`, which its other parts use; see its overview
+(:mod:`ackwise_sqs._adapter`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from ackwise.spi import Adapter, BrokerURL, fork_generation
+from ackwise.spi import fork_generation
 from ackwise_sqs._errors import map_botocore_errors
-from ackwise_sqs._url import SQSSettings, parse_sqs_url
+from ackwise_sqs._url import SQSSettings
+
+__all__ = ["Client"]
 
 # The adapter's one logger, named as before it was split into modules.
 log = logging.getLogger("ackwise_sqs._adapter")
@@ -29,20 +32,18 @@ log = logging.getLogger("ackwise_sqs._adapter")
 _PARALLEL = 4
 
 
-class _Client(Adapter):
+class Client:
     """The boto3 client of one adapter, its API calls and their parallel requests."""
 
-    def __init__(self, url: BrokerURL) -> None:
-        super().__init__(url)
-        self.settings: SQSSettings = parse_sqs_url(url)
-        self._client: Any = None
+    def __init__(self, settings: SQSSettings) -> None:
+        self.settings = settings
+        #: The boto3 client (None until opened).
+        self.boto: Any = None
         #: API calls made, by operation name (for benchmarks and tests).
         self.calls: dict[str, int] = {}
-        #: Early receives of long delays re-armed by visibility (not deliveries).
-        self.rearmed = 0
         self._counting = threading.Lock()
         self._generation = fork_generation()
-        self._io: cf.ThreadPoolExecutor | None = None  # the parallel requests of one call
+        self._pool: cf.ThreadPoolExecutor | None = None  # the parallel requests of one call
         #: Per thread: when the last HTTP attempt of its current call was sent (botocore
         #: retries a request on a reset connection; the retry is when SQS may take messages).
         self._sent = threading.local()
@@ -51,14 +52,14 @@ class _Client(Adapter):
     def open(self) -> None:
         if self._generation != fork_generation():
             # Inherited through fork(): the parent's client and threads are not ours to use.
-            self._client, self._io = None, None
+            self.boto, self._pool = None, None
             self._generation = fork_generation()
-        if self._client is not None:
+        if self.boto is not None:
             return
         s = self.settings
         with map_botocore_errors("SQS: open"):
             session = boto3.session.Session(profile_name=s.profile, region_name=s.region)
-            self._client = session.client(
+            self.boto = session.client(
                 "sqs",
                 endpoint_url=s.endpoint_url,
                 config=Config(
@@ -68,7 +69,7 @@ class _Client(Adapter):
                     max_pool_connections=_PARALLEL + 1,
                 ),
             )
-            self._client.meta.events.register("before-send.sqs", self._note_send)
+            self.boto.meta.events.register("before-send.sqs", self._note_send)
 
     def _note_send(self, **_: Any) -> None:
         self._sent.at = time.time()  # returns None: the request goes out as usual
@@ -78,27 +79,28 @@ class _Client(Adapter):
         return max(since, getattr(self._sent, "at", since))
 
     def close(self) -> None:
-        io, self._io = self._io, None
-        if io is not None and self._generation == fork_generation():
-            io.shutdown(wait=False)  # idle: every call waits for its requests
-        client, self._client = self._client, None
+        pool, self._pool = self._pool, None
+        if pool is not None and self._generation == fork_generation():
+            pool.shutdown(wait=False)  # idle: every call waits for its requests
+        client, self.boto = self.boto, None
         if client is not None:
             try:
                 client.close()
             except Exception:  # closing a broken connection pool
                 log.debug("closing the SQS client failed", exc_info=True)
 
-    def _call(self, operation: str, **params: Any) -> dict[str, Any]:
-        if self._client is None or self._generation != fork_generation():
+    def call(self, operation: str, **params: Any) -> dict[str, Any]:
+        """One API call (``operation`` as SQS names it), counted, its errors mapped."""
+        if self.boto is None or self._generation != fork_generation():
             self.open()
         with self._counting:  # the parallel requests of one call count from their threads
             self.calls[operation] = self.calls.get(operation, 0) + 1
         with map_botocore_errors(f"SQS {operation}"):
-            result: dict[str, Any] = getattr(self._client, _snake(operation))(**params)
+            result: dict[str, Any] = getattr(self.boto, _snake(operation))(**params)
         return result
 
     # -- parallel requests -----------------------------------------------------------------
-    def _parallel(
+    def parallel(
         self, fn: Callable[[Any], Any], items: Sequence[Any]
     ) -> tuple[list[Any], Exception | None]:
         """``fn`` over ``items``, up to _PARALLEL at once (the first on this thread).
@@ -109,9 +111,9 @@ class _Client(Adapter):
             return [], None
         if self._generation != fork_generation():
             self.open()  # not the parent's threads
-        if self._io is None and len(items) > 1:
-            self._io = cf.ThreadPoolExecutor(_PARALLEL - 1, thread_name_prefix="ackwise-sqs")
-        futures = [self._io.submit(fn, x) for x in items[1:]] if self._io else []
+        if self._pool is None and len(items) > 1:
+            self._pool = cf.ThreadPoolExecutor(_PARALLEL - 1, thread_name_prefix="ackwise-sqs")
+        futures = [self._pool.submit(fn, x) for x in items[1:]] if self._pool else []
         results: list[Any] = []
         error: Exception | None = None
         try:

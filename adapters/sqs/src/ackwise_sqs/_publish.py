@@ -1,5 +1,6 @@
 """Producing: the entries of the messages to send (attributes, delays, FIFO group and
-deduplication ids, the size check) and sending them in batches.
+deduplication ids, the size check) and sending them in batches.  What is published was checked
+(delays, priorities) by the adapter.
 
 See the adapter's overview (:mod:`ackwise_sqs._adapter`): *delay*, *bodies*.
 """
@@ -14,26 +15,31 @@ from typing import Any
 
 from ackwise.errors import MessageTooLarge, PermanentAdapterError, TransientAdapterError
 from ackwise.spi import Outgoing
+from ackwise_sqs._client import Client
 from ackwise_sqs._limits import _BATCH
 from ackwise_sqs._messages import _DUE, _ID, _dead_attrs, _encode_body, _headers, _size, _string
-from ackwise_sqs._topology import _Queue, _Topology
+from ackwise_sqs._topology import Topology, _Queue
+from ackwise_sqs._url import SQSSettings
+
+__all__ = ["Publisher"]
 
 
-class _Publishing(_Topology):
+class Publisher:
     """Publishing to a queue and to its dead-letter queue."""
+
+    def __init__(self, settings: SQSSettings, client: Client, topology: Topology) -> None:
+        self.settings = settings
+        self._client = client
+        self._topology = topology
 
     # -- producing -------------------------------------------------------------------------
     def publish(self, queue: str, messages: Sequence[Outgoing]) -> None:
-        if not messages:
-            return
-        for m in messages:
-            self.check_delay(m.delay)
-        self.check_priorities(messages)  # SQS has none
-        info = self._queue(queue)
-        entries = [self._entry(info, m, i) for i, m in enumerate(messages)]
-        self._send_batches(info, info.url, entries, [m.id for m in messages])
+        """Send checked ``messages`` (at least one)."""
+        info = self._topology.queue(queue)
+        entries = [self.entry(info, m, i) for i, m in enumerate(messages)]
+        self.send_batches(info, info.url, entries, [m.id for m in messages])
 
-    def _unchecked_entry(
+    def unchecked_entry(
         self,
         info: _Queue,
         m: Outgoing,
@@ -71,7 +77,7 @@ class _Publishing(_Topology):
         entry["MessageAttributes"] = attrs
         return entry
 
-    def _entry(
+    def entry(
         self,
         info: _Queue,
         m: Outgoing,
@@ -81,7 +87,7 @@ class _Publishing(_Topology):
         delay: float | None = None,
     ) -> dict[str, Any]:
         """The entry of one message to send, checked against the queue's size limit."""
-        entry = self._unchecked_entry(info, m, index, extra=extra, delay=delay)
+        entry = self.unchecked_entry(info, m, index, extra=extra, delay=delay)
         size = _size(entry)
         if size > info.max_size:
             raise MessageTooLarge(
@@ -91,13 +97,15 @@ class _Publishing(_Topology):
             )
         return entry
 
-    def _send_batches(
+    def send_batches(
         self, info: _Queue, url: str, entries: list[dict[str, Any]], ids: Sequence[str]
     ) -> None:
+        """Send ``entries`` to ``url`` (the queue's or its dead-letter queue's) in batches;
+        ``ids``: their messages' ids, for the error of those SQS refused."""
         failed: list[str] = []
         transient = False
         for chunk in _chunks(entries, info.max_size):
-            out = self._call("SendMessageBatch", QueueUrl=url, Entries=chunk)
+            out = self._client.call("SendMessageBatch", QueueUrl=url, Entries=chunk)
             for f in out.get("Failed", []):
                 failed.append(f"{ids[int(f['Id'])]} ({f.get('Code')}: {f.get('Message', '')})")
                 transient = transient or not f.get("SenderFault", False)
@@ -106,16 +114,14 @@ class _Publishing(_Topology):
             raise error(f"SQS refused {len(failed)} message(s): {'; '.join(failed[:5])}")
 
     def publish_dead(self, queue: str, messages: Sequence[Outgoing], *, reason: str) -> None:
-        if not messages:
-            return
-        self.check_priorities(messages)
-        info = self._queue(queue)
+        """Send checked ``messages`` (at least one) to the dead-letter queue."""
+        info = self._topology.queue(queue)
         now = time.time()
         entries = [
-            self._entry(info, m, i, extra=_dead_attrs(reason, now, 0), delay=0.0)
+            self.entry(info, m, i, extra=_dead_attrs(reason, now, 0), delay=0.0)
             for i, m in enumerate(messages)
         ]
-        self._send_batches(info, info.dlq_url, entries, [m.id for m in messages])
+        self.send_batches(info, info.dlq_url, entries, [m.id for m in messages])
 
 
 def _chunks(entries: list[dict[str, Any]], max_bytes: int) -> Iterable[list[dict[str, Any]]]:

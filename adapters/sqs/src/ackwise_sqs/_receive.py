@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,10 +17,13 @@ from typing import Any
 
 from ackwise.errors import AdapterError, PermanentAdapterError
 from ackwise.spi import Delivery
-from ackwise_sqs._client import _slices
+from ackwise_sqs._client import Client, _slices
 from ackwise_sqs._limits import _BATCH, MAX_VISIBILITY
 from ackwise_sqs._messages import _Malformed, _message_id, _number, _raw, _unframe
-from ackwise_sqs._topology import _Queue, _Topology
+from ackwise_sqs._topology import Topology, _Queue
+from ackwise_sqs._url import SQSSettings
+
+__all__ = ["Receiver", "SQSReceipt", "visibility"]
 
 # The adapter's one logger, named as before it was split into modules.
 log = logging.getLogger("ackwise_sqs._adapter")
@@ -42,7 +46,8 @@ class SQSReceipt:
         return f"SQSReceipt({self.handle[:12]}…, deadline={self.deadline:.3f})"
 
 
-def _visibility(lease: float) -> int:
+def visibility(lease: float) -> int:
+    """The visibility timeout of a lease of ``lease`` seconds: whole seconds, rounded up."""
     if lease > MAX_VISIBILITY:
         raise PermanentAdapterError(
             f"lease {lease}s exceeds SQS's visibility cap of {MAX_VISIBILITY}s (12 hours)"
@@ -50,8 +55,16 @@ def _visibility(lease: float) -> int:
     return max(0, math.ceil(lease))
 
 
-class _Receiving(_Topology):
+class Receiver:
     """Receiving deliveries, and re-arming the messages not due yet."""
+
+    def __init__(self, settings: SQSSettings, client: Client, topology: Topology) -> None:
+        self.settings = settings
+        self._client = client
+        self._topology = topology
+        #: Early receives of long delays re-armed by visibility (not deliveries).
+        self.rearmed = 0
+        self._counting = threading.Lock()
 
     # -- consuming -------------------------------------------------------------------------
     def receive(
@@ -59,18 +72,18 @@ class _Receiving(_Topology):
     ) -> Sequence[Delivery]:
         if max_messages <= 0:
             return []
-        info = self._queue(queue)
-        visibility = _visibility(lease)
+        info = self._topology.queue(queue)
+        seconds = visibility(lease)
         wait_seconds = 0 if wait <= 0 else min(20, max(1, round(wait)))
         first = min(_BATCH, max_messages)
-        out, full = self._receive_once(info, first, wait_seconds, visibility)
+        out, full = self._receive_once(info, first, wait_seconds, seconds)
         rest = max_messages - first
         if full and rest > 0:
             # The queue had a full batch: the rest at once, one request per batch of 10 (a
             # queue that had less costs no request more).
             sizes = [min(_BATCH, rest - i) for i in range(0, rest, _BATCH)]
-            got, error = self._parallel(
-                lambda n: self._receive_once(info, n, 0, visibility)[0], sizes
+            got, error = self._client.parallel(
+                lambda n: self._receive_once(info, n, 0, seconds)[0], sizes
             )
             for deliveries in got:
                 out.extend(deliveries)
@@ -86,7 +99,7 @@ class _Receiving(_Topology):
     ) -> tuple[list[Delivery], bool]:
         """One ReceiveMessage: (the deliveries, whether SQS returned all ``n`` asked for)."""
         started = time.time()
-        got = self._call(
+        got = self._client.call(
             "ReceiveMessage",
             QueueUrl=info.url,
             MaxNumberOfMessages=n,
@@ -106,7 +119,7 @@ class _Receiving(_Topology):
         # and during a long poll, when one arrives.  Counting from the call's start would
         # shorten the lease by the wait; the take is assumed no more than a second before the
         # answer came back.
-        sent = self.last_send(started)
+        sent = self._client.last_send(started)
         taken = max(sent, now - 1.0) if wait_seconds else sent
         # A re-arm may hide a message for what is left of the 12 hours this receive may hold
         # it (counted from before the request, and a second early for the re-arm's flight).
@@ -163,7 +176,7 @@ class _Receiving(_Topology):
         this receive's visibility, to be re-armed then): never worth the deliveries in hand."""
         for chunk in _slices(early, _BATCH):
             try:
-                self._call(
+                self._client.call(
                     "ChangeMessageVisibilityBatch",
                     QueueUrl=info.url,
                     Entries=[

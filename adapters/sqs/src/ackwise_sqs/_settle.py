@@ -22,13 +22,15 @@ from ackwise.errors import (
     TransientAdapterError,
 )
 from ackwise.spi import Delivery, Outgoing
-from ackwise_sqs._client import _slices, _snake
+from ackwise_sqs._client import Client, _slices, _snake
 from ackwise_sqs._errors import VisibilityCapReached, error_code
 from ackwise_sqs._limits import _BATCH, MAX_VISIBILITY
 from ackwise_sqs._messages import _ID, _dead_attrs
-from ackwise_sqs._publish import _Publishing
-from ackwise_sqs._receive import SQSReceipt, _visibility
-from ackwise_sqs._topology import _Queue
+from ackwise_sqs._publish import Publisher
+from ackwise_sqs._receive import SQSReceipt, visibility
+from ackwise_sqs._topology import Topology, _Queue
+
+__all__ = ["Settler"]
 
 # The adapter's one logger, named as before it was split into modules.
 log = logging.getLogger("ackwise_sqs._adapter")
@@ -38,8 +40,13 @@ _FENCE_MARGIN = 0.2
 _STALE_CODES = frozenset({"ReceiptHandleIsInvalid", "InvalidReceiptHandle", "MessageNotInflight"})
 
 
-class _Settling(_Publishing):
+class Settler:
     """Ack, extend, nack and dead-letter deliveries, fenced by what is known of their leases."""
+
+    def __init__(self, client: Client, topology: Topology, publisher: Publisher) -> None:
+        self._client = client
+        self._topology = topology
+        self._publisher = publisher
 
     # -- settling --------------------------------------------------------------------------
     @staticmethod
@@ -86,7 +93,7 @@ class _Settling(_Publishing):
     def extend(self, deliveries: Sequence[Delivery], *, lease: float) -> None:
         valid, stale = self._split(deliveries)
         now = time.time()
-        wanted = _visibility(lease)
+        wanted = visibility(lease)
         capped: list[Delivery] = []
         plan: list[tuple[Delivery, int]] = []
         for d in valid:
@@ -125,16 +132,17 @@ class _Settling(_Publishing):
             raise VisibilityCapReached(capped, MAX_VISIBILITY)
 
     def nack(self, delivery: Delivery, *, delay: float = 0.0) -> None:
-        self.check_delay(delay)
+        """Visible again after ``delay`` (checked by the adapter) seconds."""
         _, stale = self._split([delivery])
         if stale:
             raise StaleReceipt(stale, "nack")
         r: SQSReceipt = delivery.receipt
         if math.ceil(delay) + (time.time() - r.received_at) > MAX_VISIBILITY:
             # Past what visibility can hold for this receive: a fresh copy carries the delay.
-            info = self._queue(delivery.queue)
+            info = self._topology.queue(delivery.queue)
             out = Outgoing(delivery.message_id, delivery.body, delay)
-            self._send_batches(info, info.url, [self._entry(info, out, 0)], [out.id])
+            publisher = self._publisher
+            publisher.send_batches(info, info.url, [publisher.entry(info, out, 0)], [out.id])
             self._settle_one("DeleteMessage", delivery, QueueUrl=r.queue_url)
             return
         self._settle_one(
@@ -148,9 +156,9 @@ class _Settling(_Publishing):
         _, stale = self._split([delivery])
         if stale:
             raise StaleReceipt(stale, "dead_letter")
-        info = self._queue(delivery.queue)
+        info = self._topology.queue(delivery.queue)
         entry = self._dead_entry(info, delivery, reason, body)
-        self._send_batches(info, info.dlq_url, [entry], [delivery.message_id])
+        self._publisher.send_batches(info, info.dlq_url, [entry], [delivery.message_id])
         self._settle_one("DeleteMessage", delivery, QueueUrl=delivery.receipt.queue_url)
 
     def _dead_entry(
@@ -163,7 +171,7 @@ class _Settling(_Publishing):
         for candidate in [delivery.body] if body is None else [body, delivery.body]:
             out = Outgoing(delivery.message_id, candidate)
             try:
-                return self._entry(info, out, 0, extra=extra, delay=0.0)
+                return self._publisher.entry(info, out, 0, extra=extra, delay=0.0)
             except MessageTooLarge:
                 continue
         log.warning(
@@ -175,14 +183,16 @@ class _Settling(_Publishing):
             info.max_size,
             reason,
         )
-        entry = self._unchecked_entry(info, Outgoing(delivery.message_id, delivery.body), 0)
+        entry = self._publisher.unchecked_entry(
+            info, Outgoing(delivery.message_id, delivery.body), 0
+        )
         del entry["MessageAttributes"][_ID]
         return entry
 
     def _settle_one(self, operation: str, delivery: Delivery, **params: Any) -> None:
         r: SQSReceipt = delivery.receipt
         try:
-            self._call(operation, ReceiptHandle=r.handle, **params)
+            self._client.call(operation, ReceiptHandle=r.handle, **params)
         except PermanentAdapterError as exc:
             if _is_stale(exc):
                 r.settled = True
@@ -202,7 +212,7 @@ class _Settling(_Publishing):
             for url, group in _by_queue_url(deliveries).items()
             for chunk in _slices(group, _BATCH)
         ]
-        results, error = self._parallel(
+        results, error = self._client.parallel(
             lambda c: self._batch_request(operation, c[0], c[1], entry), chunks
         )
         if error is not None:
@@ -221,7 +231,7 @@ class _Settling(_Publishing):
         entry: Callable[[Delivery, int], dict[str, Any]],
     ) -> tuple[list[Delivery], list[str]]:
         """One batch request: (deliveries SQS refused as stale, other failures)."""
-        out = self._call(
+        out = self._client.call(
             operation, QueueUrl=url, Entries=[entry(d, i) for i, d in enumerate(chunk)]
         )
         stale: list[Delivery] = []

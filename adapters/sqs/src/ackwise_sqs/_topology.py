@@ -15,9 +15,12 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ackwise.errors import PermanentAdapterError, PublishError, QueueNotFound
-from ackwise.spi import BrokerURL, QueueSpec
-from ackwise_sqs._client import _Client
+from ackwise.spi import QueueSpec
+from ackwise_sqs._client import Client
 from ackwise_sqs._errors import error_code
+from ackwise_sqs._url import SQSSettings
+
+__all__ = ["Topology", "sqs_queue_name"]
 
 _RETENTION = 1_209_600  # 14 days, SQS's longest
 # ackwise queue names, as SQS takes them: the prefix and the "-dlq" suffix must fit in 80.
@@ -54,11 +57,13 @@ class _Queue:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class _Topology(_Client):
-    """Names, creation and description of a queue and its dead-letter queue."""
+class Topology:
+    """Names, creation and description of a queue and its dead-letter queue, and what the
+    adapter knows of each (:meth:`queue`)."""
 
-    def __init__(self, url: BrokerURL) -> None:
-        super().__init__(url)
+    def __init__(self, settings: SQSSettings, client: Client) -> None:
+        self.settings = settings
+        self._client = client
         self._queues: dict[str, _Queue] = {}
 
     # -- topology --------------------------------------------------------------------------
@@ -69,14 +74,14 @@ class _Topology(_Client):
         if fifo:
             base["FifoQueue"] = "true"
         dlq_url = self._create(dlq_name, base)
-        dlq_arn = self._call("GetQueueAttributes", QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
+        dlq_arn = self._client.call(
+            "GetQueueAttributes", QueueUrl=dlq_url, AttributeNames=["QueueArn"]
+        )["Attributes"]["QueueArn"]
         url = self._create(name, base)
         redrive = json.dumps(
             {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(queue.max_deliveries + 1)}
         )
-        self._call(
+        self._client.call(
             "SetQueueAttributes",
             QueueUrl=url,
             Attributes={"RedrivePolicy": redrive, "MessageRetentionPeriod": str(_RETENTION)},
@@ -88,16 +93,20 @@ class _Topology(_Client):
 
     def _create(self, name: str, attributes: dict[str, str]) -> str:
         try:
-            return str(self._call("CreateQueue", QueueName=name, Attributes=attributes)["QueueUrl"])
+            return str(
+                self._client.call("CreateQueue", QueueName=name, Attributes=attributes)["QueueUrl"]
+            )
         except PermanentAdapterError as exc:
             # QueueAlreadyExists: same name, other attributes; the attributes are set after.
             cause = exc.__cause__
             if isinstance(cause, ClientError) and error_code(cause).endswith("QueueAlreadyExists"):
-                return str(self._call("GetQueueUrl", QueueName=name)["QueueUrl"])
+                return str(self._client.call("GetQueueUrl", QueueName=name)["QueueUrl"])
             raise
 
     def _describe(self, queue: str, url: str, dlq_url: str, fifo: bool) -> _Queue:
-        attrs = self._call("GetQueueAttributes", QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        attrs = self._client.call("GetQueueAttributes", QueueUrl=url, AttributeNames=["All"])[
+            "Attributes"
+        ]
         info = _Queue(
             name=queue,
             url=url,
@@ -111,15 +120,15 @@ class _Topology(_Client):
         self._queues[queue] = info
         return info
 
-    def _queue(self, queue: str) -> _Queue:
+    def queue(self, queue: str) -> _Queue:
         """The queue's URLs and limits; declared with defaults when it does not exist yet."""
         info = self._queues.get(queue)
         if info is not None:
             return info
         name, dlq_name = sqs_queue_name(self.settings.prefix, queue)
         try:
-            url = str(self._call("GetQueueUrl", QueueName=name)["QueueUrl"])
-            dlq_url = str(self._call("GetQueueUrl", QueueName=dlq_name)["QueueUrl"])
+            url = str(self._client.call("GetQueueUrl", QueueName=name)["QueueUrl"])
+            dlq_url = str(self._client.call("GetQueueUrl", QueueName=dlq_name)["QueueUrl"])
         except QueueNotFound:
             self.declare(QueueSpec(queue))
             return self._queues[queue]
@@ -130,8 +139,8 @@ class _Topology(_Client):
         self._queues.pop(queue, None)
         for name in sqs_queue_name(self.settings.prefix, queue):
             try:
-                url = str(self._call("GetQueueUrl", QueueName=name)["QueueUrl"])
-                self._call("DeleteQueue", QueueUrl=url)
+                url = str(self._client.call("GetQueueUrl", QueueName=name)["QueueUrl"])
+                self._client.call("DeleteQueue", QueueUrl=url)
             except QueueNotFound:
                 continue
 
@@ -142,7 +151,7 @@ class _Topology(_Client):
         if prefix:
             params["QueueNamePrefix"] = prefix
         while True:
-            out = self._call("ListQueues", **params)
+            out = self._client.call("ListQueues", **params)
             for url in out.get("QueueUrls", []):
                 name = url.rsplit("/", 1)[-1]
                 if not name.startswith(prefix) or name.endswith(("-dlq", "-dlq.fifo")):
