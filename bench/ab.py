@@ -5,8 +5,8 @@ RabbitMQ and SQLite at concurrency 1 and 8, same run, cells interleaved.
                                             [--tasks 20000] [--out bench/results-ab.md]
 
 The baseline is another checkout's interpreter: for "no slower than the commit before the
-change", ``git worktree add ../before COMMIT && (cd ../before && scripts/demo --help >/dev/null)``
-(any of the repository's commands makes its ``.venv``), then ``--baseline ../before/.venv/bin/python``.
+change", ``git worktree add BEFORE COMMIT && (cd BEFORE && source scripts/_bootstrap.sh)``
+(which makes its ``.venv``), then ``--baseline BEFORE/.venv/bin/python``.
 Only the worker process runs the baseline's code; the driver pre-fills the queues with this
 tree's producer (the envelope is the same) and measures both the same way (the method of
 ``bench/README.md``: a queue pre-filled with no-op tasks, one ``ackwise worker`` process,
@@ -164,8 +164,12 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--out", default=str(_common.BENCH_DIR / "results-ab.md"))
     args = parser.parse_args()
-    args.baseline_note = _common.describe_baseline(args.baseline)
-    command = f"uv run --group bench python bench/ab.py {shlex.join(sys.argv[1:])}"
+    # The report names no path of this machine: the baseline by its commit, the interpreter
+    # in the rerun line as the docstring's BEFORE.
+    note = _common.describe_baseline(args.baseline)
+    args.baseline_note = "another checkout of this repository, " + note.rpartition(", ")[2]
+    argv = ["BEFORE/.venv/bin/python" if a == args.baseline else a for a in sys.argv[1:]]
+    command = f"uv run --group bench python bench/ab.py {shlex.join(argv)}"
     started = time.monotonic()
     load_start = os.getloadavg()[0]
     tree = _common.tree_state()
