@@ -11,6 +11,7 @@ from ackwise import App, GroupHandle, TaskHandle, chain, chord, group
 from ackwise.app._followups import CHAIN, CHAIN_END, next_step
 from ackwise.contract._envelope import decode
 from ackwise.errors import ConfigurationError, TaskFailed
+from ackwise.spi import Outgoing, QueueSpec
 from ackwise.testing import run_worker
 
 
@@ -127,7 +128,7 @@ def test_a_next_step_published_twice_has_one_effect_where_the_app_has_an_idempot
     adapter = app.adapter()
     adapter.open()
     try:
-        adapter.declare(__import__("ackwise").QueueSpec(queue))
+        adapter.declare(QueueSpec(queue))
         adapter.publish(queue, [out])
         adapter.publish(queue, [out])
     finally:
@@ -245,7 +246,7 @@ def test_a_redelivered_member_is_counted_once_and_the_callback_runs_once(tmp_pat
     adapter.open()
     try:
         [first] = adapter.receive("default", max_messages=1, wait=0, lease=30)
-        adapter.publish("default", [__import__("ackwise").Outgoing(first.message_id, first.body)])
+        adapter.publish("default", [Outgoing(first.message_id, first.body)])
         adapter.nack(first)
     finally:
         adapter.close()
