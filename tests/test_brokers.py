@@ -164,6 +164,13 @@ def test_free_ports_are_bindable_and_never_the_shared_services() -> None:
     assert all(port < low for port in ports)  # no outgoing connection can be given it
 
 
+def test_a_free_port_is_never_handed_out_twice_before_it_is_bound() -> None:
+    """A cluster node is given its client and bus ports before it binds either: two picks of
+    one process must differ, even while both are still free."""
+    ports = [free_port() for _ in range(2000)]
+    assert len(set(ports)) == len(ports)
+
+
 # -- local redis-server ------------------------------------------------------------------------
 def test_a_local_redis_answers_and_keeps_its_data_across_a_restart(started: Any) -> None:
     if shutil.which("redis-server") is None:

@@ -10,12 +10,13 @@ beyond its temporary directory.  Nothing here touches the shared Redis on 6379.
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +65,15 @@ class Node:
         except redis.RedisError:
             return False
 
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def log(self) -> str:
+        try:
+            return (self.directory / "server.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
     def kill(self) -> None:
         """SIGKILL: no shutdown, no last words to the replicas."""
         if self.proc is not None and self.proc.poll() is None:
@@ -88,13 +98,40 @@ def _server(directory: Path, *extra: str) -> Node:
     return Node(port, directory, argv)
 
 
-def _wait_up(nodes: Sequence[Node]) -> None:
-    for node in nodes:
+#: Tries to start one node when the ports it was given were taken before it bound them.
+_LAUNCH_ATTEMPTS = 5
+
+
+def _up_or_exited(node: Node) -> bool:
+    return node.answers() or node.exited()
+
+
+def _launch(build: Callable[[], Node]) -> Node:
+    """Start the node ``build`` makes (on ports free when it is called) and wait until it
+    answers; when another process took one of its ports meanwhile (the log says so), start a
+    new one on other ports.  Nodes are launched one by one, so each node's ports are bound
+    before the next one's are picked."""
+    for _ in range(_LAUNCH_ATTEMPTS):
+        node = build()
+        node.start()
         try:
-            eventually(node.answers, 15, description=f"redis-server on {node.port} answers")
-        except AssertionError as exc:
-            log = (node.directory / "server.log").read_text(errors="replace")[-2000:]
-            raise TopologyUnavailable(f"redis-server on {node.port} did not start: {log}") from exc
+            eventually(
+                functools.partial(_up_or_exited, node),
+                15,
+                description=f"redis-server on {node.port} answers",
+            )
+        except AssertionError:
+            pass
+        if node.answers():
+            return node
+        node.stop()
+        log = node.log()
+        if "Address already in use" not in log:
+            raise TopologyUnavailable(f"redis-server on {node.port} did not start: {log}")
+        shutil.rmtree(node.directory, ignore_errors=True)
+    raise TopologyUnavailable(
+        f"redis-server: its ports were taken before it bound them {_LAUNCH_ATTEMPTS} times"
+    )
 
 
 def _in_sync(node: Node) -> bool:
@@ -118,27 +155,9 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         count = self.primaries * (1 + self.replicas)
-        for i in range(count):
-            bus = free_port()
-            self.nodes.append(
-                _server(
-                    self.directory / f"node-{i}",
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-port",
-                    str(bus),
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    str(NODE_TIMEOUT_MS),
-                    "--cluster-replica-validity-factor",
-                    "0",  # a replica always may take over, however long it was cut off
-                )
-            )
         try:
-            for node in self.nodes:
-                node.start()
-            _wait_up(self.nodes)
+            for i in range(count):
+                self.nodes.append(_launch(functools.partial(self._node, i)))
             create = [_binary("redis-cli"), "--cluster", "create"]
             create += [f"{HOST}:{n.port}" for n in self.nodes]
             create += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
@@ -150,6 +169,21 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def _node(self, i: int) -> Node:
+        return _server(
+            self.directory / f"node-{i}",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-port",
+            str(free_port()),
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            str(NODE_TIMEOUT_MS),
+            "--cluster-replica-validity-factor",
+            "0",  # a replica always may take over, however long it was cut off
+        )
 
     def healthy(self) -> bool:
         """Every live node says ``cluster_state:ok`` and knows all slots' owners."""
@@ -228,37 +262,37 @@ class LocalSentinels:
     watchers: list[Node] = field(default_factory=list)
 
     def start(self) -> LocalSentinels:
-        master = _server(self.directory / "master")
-        self.servers.append(master)
-        for i in range(self.replicas):
-            self.servers.append(
-                _server(self.directory / f"replica-{i}", "--replicaof", HOST, str(master.port))
-            )
-        quorum = self.sentinels // 2 + 1
-        for i in range(self.sentinels):
-            directory = self.directory / f"sentinel-{i}"
-            directory.mkdir(parents=True, exist_ok=True)
-            port = free_port()
-            conf = directory / "sentinel.conf"
-            conf.write_text(
-                f"port {port}\nbind {HOST}\ndir {directory}\n"
-                f"sentinel monitor {self.service} {HOST} {master.port} {quorum}\n"
-                f"sentinel down-after-milliseconds {self.service} {NODE_TIMEOUT_MS}\n"
-                f"sentinel failover-timeout {self.service} 5000\n"
-                f"sentinel parallel-syncs {self.service} 1\n"
-            )
-            argv = [_binary("redis-server"), str(conf), "--sentinel"]
-            self.watchers.append(Node(port, directory, argv))
         try:
-            for node in [*self.servers, *self.watchers]:
-                node.start()
-            _wait_up([*self.servers, *self.watchers])
+            master = _launch(functools.partial(_server, self.directory / "master"))
+            self.servers.append(master)
+            for i in range(self.replicas):
+                replica = functools.partial(
+                    _server, self.directory / f"replica-{i}", "--replicaof", HOST, str(master.port)
+                )
+                self.servers.append(_launch(replica))
+            for i in range(self.sentinels):
+                self.watchers.append(_launch(functools.partial(self._sentinel, i, master.port)))
             eventually(self.replicated, 30, interval=0.1, description="replicas in sync")
             eventually(self.watched, 30, interval=0.1, description="sentinels see the replicas")
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _sentinel(self, i: int, master_port: int) -> Node:
+        directory = self.directory / f"sentinel-{i}"
+        directory.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        quorum = self.sentinels // 2 + 1
+        conf = directory / "sentinel.conf"
+        conf.write_text(
+            f"port {port}\nbind {HOST}\ndir {directory}\n"
+            f"sentinel monitor {self.service} {HOST} {master_port} {quorum}\n"
+            f"sentinel down-after-milliseconds {self.service} {NODE_TIMEOUT_MS}\n"
+            f"sentinel failover-timeout {self.service} 5000\n"
+            f"sentinel parallel-syncs {self.service} 1\n"
+        )
+        return Node(port, directory, [_binary("redis-server"), str(conf), "--sentinel"])
 
     def replicated(self) -> bool:
         return all(_in_sync(n) for n in self.servers[1:])

@@ -6,8 +6,10 @@ each, and a master with a replica watched by 3 sentinels, all on free ports.
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from redis.crc import key_slot
@@ -187,3 +189,38 @@ def test_cluster_without_any_reachable_node_names_what_it_tried() -> None:
     with pytest.raises(BrokerUnavailable) as info:
         adapter.open()
     assert all(str(p) in str(info.value) for p in ports)
+
+
+def test_a_node_whose_port_was_taken_meanwhile_starts_again_on_other_ports(
+    tmp_path: Path,
+) -> None:
+    """The tests' deployments pick free ports, then start redis-server on them: another
+    process may bind one in between (a cluster bus port did, on a CI run).  That node is
+    started again on new ports instead of failing the deployment."""
+
+    from redis_topologies import _launch, _server
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", free_port()))
+    taken.listen()
+    built: list[Node] = []
+
+    def build() -> Node:
+        if not built:  # the first try's bus port is held by the test's socket
+            node = _server(tmp_path / "n", "--cluster-enabled", "yes", "--cluster-port",
+                           str(taken.getsockname()[1]))  # fmt: skip
+        else:
+            node = _server(tmp_path / "n")
+        built.append(node)
+        return node
+
+    try:
+        node = _launch(build)
+        try:
+            assert len(built) == 2 and node is built[1]
+            assert node.answers()
+            assert built[0].exited()
+        finally:
+            node.stop()
+    finally:
+        taken.close()
