@@ -221,3 +221,41 @@ def test_an_interrupted_run_leaves_nothing(target: Target) -> None:
     assert code == status, out[-4000:]
     assert "interrupted" in out
     assert target.leftovers(prefix) == []
+
+
+def test_a_read_racing_the_close_makes_nothing_again(target: Target, tmp_path: Path) -> None:
+    """An overdue case is closed from the runner's thread while its scenario still reads the
+    broker (a drain's ``stats()``): on SQS a read of a queue that is gone declares it again.
+    Once closed, no read of the case reaches the broker, so nothing is made behind the
+    close (a failing run on SQS once left its queue so)."""
+    import threading
+
+    from ackwise import Ack
+    from ackwise_conformance.harness import Harness, ScenarioFailed
+
+    prefix = _prefix()
+    h = Harness(target.handle, Ack.LATE, tmp_path / "case", prefix=prefix)
+    stop = threading.Event()
+    reads = {"after": 0}
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                h.stats()
+                h.dead_letters()
+            except ScenarioFailed:
+                reads["after"] += 1  # closed: the read was refused, nothing was asked
+            except Exception:
+                pass
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    time.sleep(0.5)
+    h.close()
+    time.sleep(1.0)  # reads go on after the close, as a scenario's thread does
+    stop.set()
+    for t in readers:
+        t.join(30)
+    assert reads["after"] > 0
+    assert target.leftovers(prefix) == []

@@ -436,12 +436,18 @@ class Harness(BeatControl):
         return True
 
     # -- the broker's view -----------------------------------------------------------------
+    # Reads take the gate too: an adapter may declare a queue it is asked about and does not
+    # know (SQS resolves a queue by declaring it when it is missing), and a read racing the
+    # close from another thread would make the case's queue again behind its deletion.
     def stats(self) -> QueueStats:
-        self._check_open()
-        return self.adapter.stats(self.queue)
+        with self._gate:
+            self._check_open()
+            return self.adapter.stats(self.queue)
 
     def dead_letters(self) -> list[DeadLetter]:
-        return list(self.adapter.dead_letters(self.queue, limit=10_000))
+        with self._gate:
+            self._check_open()
+            return list(self.adapter.dead_letters(self.queue, limit=10_000))
 
     @property
     def counts_in_flight(self) -> bool:
