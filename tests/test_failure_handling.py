@@ -418,3 +418,24 @@ def test_dlq_purge_asks_for_confirmation(dead_sqlite):
     yes = _cli("dlq", "purge", *where, "--reason", "failed", "--yes")
     assert yes.returncode == 0 and "deleted 3" in yes.stdout
     assert [d.message_id for d in adapter.dead_letters("default")] == ["garbage-1"]
+
+
+def test_a_traceback_written_without_marks_keeps_every_frame_and_the_error() -> None:
+    """What a task's failure records when Python 3.11 cannot place its ``^^^`` marks (its AST
+    constructor raced another thread's, python/cpython#106905): the same traceback, less the
+    marks."""
+    import traceback
+
+    from ackwise.app._execution import _plain_traceback
+
+    def inner(d: dict[str, int]) -> int:
+        return d["missing"] + 1
+
+    try:
+        inner({})
+    except KeyError as exc:
+        plain = _plain_traceback(exc, exc.__traceback__)
+        full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    marks = set("^~ ")
+    assert plain.splitlines() == [line for line in full.splitlines() if set(line) - marks]
+    assert plain.endswith("KeyError: 'missing'\n")

@@ -17,6 +17,7 @@ import time
 import traceback
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -214,12 +215,38 @@ def json_value(task: str, value: Any) -> str:
 
 
 def format_traceback(exc: BaseException) -> str:
-    """The traceback from the task's own frames on (the runner's frame is noise)."""
+    """The traceback from the task's own frames on (the runner's frame is noise).
+
+    Python 3.11 parses each line of a traceback to place its ``^^^`` marks, and its AST
+    constructor keeps one recursion depth for all threads (python/cpython#106905): two
+    threads formatting at once (tasks of a thread pool failing together) can make it raise
+    ``SystemError``.  That is retried, then the traceback is written without the marks: a
+    failure is never lost to the formatting of its traceback.
+    """
     tb = exc.__traceback__
     if tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    for _ in range(3):
+        try:
+            text = "".join(traceback.format_exception(type(exc), exc, tb))
+            break
+        except SystemError:
+            continue
+    else:
+        text = _plain_traceback(exc, tb)
     return text[-_TRACEBACK_LIMIT:]
+
+
+def _plain_traceback(exc: BaseException, tb: TracebackType | None) -> str:
+    """A traceback as :func:`traceback.format_exception` writes it, without ``^^^`` marks
+    (nothing here parses source)."""
+    lines = ["Traceback (most recent call last):\n"]
+    for frame in traceback.extract_tb(tb):
+        lines.append(f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}\n')
+        if frame.line:
+            lines.append(f"    {frame.line.strip()}\n")
+    lines += traceback.format_exception_only(type(exc), exc)
+    return "".join(lines)
 
 
 async def _gated(begin: Callable[[], None], coro: Coroutine[Any, Any, Any]) -> Any:
