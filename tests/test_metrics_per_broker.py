@@ -183,3 +183,49 @@ def test_the_label_values_exported_at_start_are_the_documented_ones() -> None:
     assert re.findall(r"`([a-z_ ]+)`", row.split("|")[2]) == list(STALE_OPERATIONS)
     [stale] = [line for line in observability.splitlines() if line.startswith("| `stale` |")]
     assert set(re.findall(r"`([a-z_ ]+)`", stale.split("|")[4])) >= set(STALE_OPERATIONS)
+
+
+def test_the_queue_gauges_wait_for_the_worker_to_declare_its_queues(each_broker: Any) -> None:
+    """The metrics port is served before the worker has declared its queues: a scrape then
+    reads nothing (no queue gauge has a sample, no stats read failed).  Read at once,
+    RabbitMQ answers "not found" for a queue not declared yet, which counted a stats error
+    at start in a clean run."""
+    import threading
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from ackwise.spi import QueueSpec
+    from ackwise.worker._metrics import QueueSampler
+
+    ready = threading.Event()
+    queue = each_broker.queue
+    sampler = QueueSampler(lambda: open_adapter(each_broker.url), [queue], 0.01, ready=ready.is_set)
+    registry = CollectorRegistry()
+    registry.register(sampler)
+
+    def scrape() -> dict[str, Any]:
+        text = generate_latest(registry).decode()
+        return {f.name: f for f in text_string_to_metric_families(text)}
+
+    try:
+        early = scrape()
+        assert _labels(early["ackwise_queue_stats_errors"]) == {(): 0.0}
+        assert _labels(early["ackwise_queue_ready_messages"]) == {}
+        adapter = open_adapter(each_broker.url)
+        adapter.open()
+        try:
+            adapter.declare(QueueSpec(queue))
+        finally:
+            adapter.close()
+        ready.set()
+
+        def sampled() -> dict[str, Any] | None:
+            families = scrape()
+            ready_messages = _labels(families["ackwise_queue_ready_messages"])
+            return families if ready_messages else None
+
+        later = eventually(sampled, 30.0, description="the queue gauges once ready")
+        assert _labels(later["ackwise_queue_ready_messages"]) == {(("queue", queue),): 0.0}
+        assert _labels(later["ackwise_queue_stats_errors"]) == {(): 0.0}
+    finally:
+        sampler.close()

@@ -237,7 +237,12 @@ class WorkerMetrics(Collector):
         self.registry.register(self)
         self.sampler: QueueSampler | None = None
         if stats_interval > 0:
-            self.sampler = QueueSampler(worker.app.adapter, worker.config.queues, stats_interval)
+            self.sampler = QueueSampler(
+                worker.app.adapter,
+                worker.config.queues,
+                stats_interval,
+                ready=worker.control.ready.is_set,
+            )
             self.registry.register(self.sampler)
         self._known = frozenset(worker.app.tasks)
         self._ended_at_start = self._seed()
@@ -433,6 +438,11 @@ class QueueSampler(Collector):
     up to ``wait`` seconds, else serves the last ones.  A figure the broker cannot report
     (:func:`ackwise.contract._figures.unknown_figures` of the opened adapter) has no sample: a 0
     would read as "nothing there".
+
+    :param ready: whether the worker has declared its queues (its consumer is ready).  Before
+        that nothing is read and no queue gauge has a sample: a queue not declared yet is not
+        a failed read (RabbitMQ answers "not found" for it, and a scrape as early as the
+        metrics port is served would count a stats error).
     """
 
     def __init__(
@@ -442,7 +452,9 @@ class QueueSampler(Collector):
         interval: float,
         *,
         wait: float = 2.0,
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
+        self.ready = ready
         self.queues = list(queues)
         self.interval = interval
         self.wait = wait
@@ -463,7 +475,7 @@ class QueueSampler(Collector):
 
     def collect(self) -> Iterator[Any]:
         with self._cv:
-            if time.monotonic() - self._tried_at >= self.interval:
+            if self.ready() and time.monotonic() - self._tried_at >= self.interval:
                 self._tried_at = time.monotonic()
                 self._wanted = True
                 self._cv.notify_all()
